@@ -1,0 +1,66 @@
+//! Lower-case hexadecimal for 32-byte digests, the only form digests take outside this crate.
+
+const DIGITS: &[u8; 16] = b"0123456789abcdef";
+
+pub(crate) fn encode(bytes: &[u8; 32]) -> String {
+    let mut out = String::with_capacity(64);
+    for byte in bytes {
+        out.push(char::from(DIGITS[usize::from(byte >> 4)]));
+        out.push(char::from(DIGITS[usize::from(byte & 0x0f)]));
+    }
+    out
+}
+
+/// Decodes exactly 64 lower-case hex digits. Upper case is refused so that one digest has exactly
+/// one spelling: stored digests are compared as strings by the database.
+pub(crate) fn decode(text: &str) -> Option<[u8; 32]> {
+    let raw = text.as_bytes();
+    if raw.len() != 64 {
+        return None;
+    }
+    let mut out = [0u8; 32];
+    for (slot, pair) in out.iter_mut().zip(raw.chunks_exact(2)) {
+        *slot = (digit(pair[0])? << 4) | digit(pair[1])?;
+    }
+    Some(out)
+}
+
+fn digit(c: u8) -> Option<u8> {
+    match c {
+        b'0'..=b'9' => Some(c - b'0'),
+        b'a'..=b'f' => Some(c - b'a' + 10),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trips_every_byte_value() {
+        let mut bytes = [0u8; 32];
+        for start in [0u8, 32, 64, 96, 128, 160, 192, 224] {
+            for (i, b) in bytes.iter_mut().enumerate() {
+                *b = start.wrapping_add(i as u8);
+            }
+            assert_eq!(decode(&encode(&bytes)), Some(bytes));
+        }
+    }
+
+    #[test]
+    fn refuses_wrong_length_upper_case_and_non_hex() {
+        let good = "00".repeat(32);
+        assert!(decode(&good).is_some());
+        for bad in [
+            "".to_owned(),
+            "0".repeat(63),
+            "0".repeat(65),
+            format!("{}A", "0".repeat(63)),
+            format!("{}g", "0".repeat(63)),
+            format!("{}é", "0".repeat(62)),
+        ] {
+            assert_eq!(decode(&bad), None, "{bad:?}");
+        }
+    }
+}

@@ -1,0 +1,116 @@
+//! The operation ledger port.
+
+use std::num::NonZeroU32;
+use std::time::SystemTime;
+
+use async_trait::async_trait;
+
+use crate::{
+    ClaimOutcome, GrpcOperationIdentity, LeaseDuration, LedgerError, OperationRecord,
+    OutcomeReference, RecordedFailure, RequestFingerprint, Version,
+};
+
+/// Whether a ledger's records survive a restart of the process that wrote them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LedgerDurability {
+    /// Records survive a process restart (a database).
+    Durable,
+    /// Records die with the process (the in-memory double). The retry policy refuses
+    /// keyed-mutation retries on such a ledger, since a restart would forget what ran.
+    Volatile,
+}
+
+/// The durable record of keyed operations that makes a mutation run exactly once even when its
+/// response is lost and the caller retries.
+///
+/// An adapter is correct exactly when it passes the contract suite in
+/// `grpc-ledger-contract-tests`; each sentence below is one or more cases there.
+///
+/// # Claim
+///
+/// - `claim` MUST be one atomic insert-if-absent on the identity (in SQL, one
+///   `INSERT ... ON CONFLICT DO NOTHING`) followed, only when nothing was inserted, by a read of
+///   the existing row. It MUST NOT be an upsert, an ORM save of an entity with a caller-assigned
+///   key, or a read followed by an insert.
+/// - When no row exists, `claim` MUST insert one in `IN_PROGRESS` at version 1 and return
+///   `Claimed { version: 1, took_over: false }`.
+/// - When a row exists with a different request fingerprint, `claim` MUST return
+///   `KeyReusedWithDifferentRequest` and MUST leave the row untouched, whatever its state.
+/// - When the row is `COMMITTED` or `FAILED_TERMINAL`, `claim` MUST return `Completed` with the
+///   stored record, and MUST NOT change its outcome, failure or version.
+/// - When the row is `IN_PROGRESS` and its lease has not expired by the store's clock, `claim`
+///   MUST return `InProgress` with the time left on the lease.
+/// - When the row is `IN_PROGRESS` and its lease has expired by the store's clock, `claim` MUST
+///   take it over with one conditional update on the old version, and return
+///   `Claimed { version: old + 1, took_over: true }`; the previous owner's transitions then fail
+///   with `LostOwnership`.
+/// - When another unit of work holds an uncommitted claim of the same identity, `claim` MUST wait
+///   no longer than the adapter's configured bound, then return `InFlight`.
+///
+/// # Transitions
+///
+/// - `mark_committed` and `mark_failed` MUST each be one conditional update of the row in
+///   `IN_PROGRESS` at the given version, setting the state and completion time and bumping the
+///   version; they return the new version.
+/// - When that update changes nothing, they MUST NOT report success: they MUST return
+///   `NotClaimed` when there is no row, `AlreadyCompleted` when the row finished (leaving its
+///   outcome unchanged) and `LostOwnership` when the row is in progress at another version. Both
+///   transitions MUST answer a missing claim the same way.
+///
+/// # Transactions
+///
+/// - An adapter MUST NOT open a transaction of its own for `claim` or the transitions: it runs on
+///   the connection or transaction its caller gave it, so that the claim, the business write and
+///   the transition commit or roll back together.
+/// - A store fault MUST be returned as `Unavailable` (never `Internal`, never a panic), and the
+///   unit of work MUST then be safe to retry from the start.
+///
+/// # Other operations
+///
+/// - `find` MUST return the stored record, or `None`.
+/// - `purge` MUST delete at most `limit` rows that are `COMMITTED` or `FAILED_TERMINAL` and
+///   completed before the cutoff, MUST NOT delete an `IN_PROGRESS` row, and returns the count.
+/// - `durability` MUST be `Durable` only if records survive a process restart.
+#[cfg_attr(feature = "mock", mockall::automock)]
+#[async_trait]
+pub trait GrpcOperationLedger: Send + Sync {
+    /// Claims an operation for the caller, or says why it cannot (see the trait's contract).
+    async fn claim(
+        &self,
+        identity: &GrpcOperationIdentity,
+        request: &RequestFingerprint,
+        lease: LeaseDuration,
+    ) -> Result<ClaimOutcome, LedgerError>;
+
+    /// Finishes a claimed operation successfully; returns the row's new version.
+    async fn mark_committed(
+        &self,
+        identity: &GrpcOperationIdentity,
+        version: Version,
+        outcome: &OutcomeReference,
+    ) -> Result<Version, LedgerError>;
+
+    /// Finishes a claimed operation with a terminal failure; returns the row's new version.
+    async fn mark_failed(
+        &self,
+        identity: &GrpcOperationIdentity,
+        version: Version,
+        failure: &RecordedFailure,
+    ) -> Result<Version, LedgerError>;
+
+    /// Reads an operation's record.
+    async fn find(
+        &self,
+        identity: &GrpcOperationIdentity,
+    ) -> Result<Option<OperationRecord>, LedgerError>;
+
+    /// Deletes at most `limit` finished operations completed before `completed_before`.
+    async fn purge(
+        &self,
+        completed_before: SystemTime,
+        limit: NonZeroU32,
+    ) -> Result<u64, LedgerError>;
+
+    /// Whether records survive a restart.
+    fn durability(&self) -> LedgerDurability;
+}

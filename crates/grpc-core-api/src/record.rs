@@ -1,0 +1,279 @@
+//! The state of an operation as the ledger records it.
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::{Duration, SystemTime};
+
+use crate::{GrpcOperationIdentity, InvalidInput, RequestFingerprint};
+
+/// Where an operation is in its life. Stored by name (`IN_PROGRESS`, `COMMITTED`,
+/// `FAILED_TERMINAL`), never as an ordinal, so that adding a state cannot relabel stored rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum OperationState {
+    /// Claimed; its owner has not finished it.
+    InProgress,
+    /// Finished successfully; the outcome reference says where the result is.
+    Committed,
+    /// Finished with a failure that a retry must replay, not redo.
+    FailedTerminal,
+}
+
+impl OperationState {
+    /// Every state, in lifecycle order.
+    pub const ALL: [Self; 3] = [Self::InProgress, Self::Committed, Self::FailedTerminal];
+
+    /// The stored name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::InProgress => "IN_PROGRESS",
+            Self::Committed => "COMMITTED",
+            Self::FailedTerminal => "FAILED_TERMINAL",
+        }
+    }
+
+    /// Whether the operation has finished (committed or failed terminally).
+    pub fn is_terminal(self) -> bool {
+        !matches!(self, Self::InProgress)
+    }
+}
+
+impl fmt::Display for OperationState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for OperationState {
+    type Err = InvalidInput;
+    fn from_str(name: &str) -> Result<Self, Self::Err> {
+        Self::ALL
+            .into_iter()
+            .find(|state| state.as_str() == name)
+            .ok_or(InvalidInput::StateUnknown)
+    }
+}
+
+/// The version of a ledger row: 1 when claimed, plus one at every transition or takeover. A
+/// transition names the version it expects, so only the current owner can finish an operation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Version(u64);
+
+impl Version {
+    /// The version of a fresh claim.
+    pub const FIRST: Self = Self(1);
+
+    /// A version as stored (a `BIGINT`): at least 1.
+    pub fn from_stored(stored: i64) -> Result<Self, InvalidInput> {
+        u64::try_from(stored)
+            .ok()
+            .filter(|v| *v >= 1)
+            .map(Self)
+            .ok_or(InvalidInput::VersionOutOfRange)
+    }
+
+    /// The version as stored.
+    pub fn to_stored(self) -> i64 {
+        // Versions start at 1 and grow by one per transition; i64::MAX transitions cannot happen.
+        i64::try_from(self.0).unwrap_or(i64::MAX)
+    }
+
+    /// The version after one more transition.
+    pub fn next(self) -> Self {
+        Self(self.0.saturating_add(1))
+    }
+
+    /// The number.
+    pub fn get(self) -> u64 {
+        self.0
+    }
+}
+
+impl fmt::Display for Version {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+/// How long a claim protects its owner before another attempt may take it over: more than zero,
+/// at most one day, in whole milliseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct LeaseDuration(Duration);
+
+impl LeaseDuration {
+    const MAX: Duration = Duration::from_secs(24 * 60 * 60);
+
+    /// Checks that the lease is at least one millisecond and at most a day.
+    pub fn new(lease: Duration) -> Result<Self, InvalidInput> {
+        if lease < Duration::from_millis(1) || lease > Self::MAX {
+            return Err(InvalidInput::LeaseOutOfRange);
+        }
+        Ok(Self(Duration::from_millis(lease.as_millis() as u64)))
+    }
+
+    /// The lease as a duration.
+    pub fn get(self) -> Duration {
+        self.0
+    }
+
+    /// The lease in whole milliseconds.
+    pub fn as_millis(self) -> i64 {
+        // At most a day, so it fits.
+        self.0.as_millis() as i64
+    }
+}
+
+/// Where the result of a committed operation can be found (a payment id, a row key), so that a
+/// replay can rebuild the response: 1 to 1024 bytes, no NUL.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct OutcomeReference(String);
+
+impl OutcomeReference {
+    const MAX_LEN: usize = 1024;
+
+    /// Checks the reference. An empty one is refused: a committed row without an outcome could
+    /// never be replayed.
+    pub fn parse(reference: &str) -> Result<Self, InvalidInput> {
+        if reference.is_empty() {
+            return Err(InvalidInput::OutcomeReferenceEmpty);
+        }
+        if reference.len() > Self::MAX_LEN || reference.contains('\0') {
+            return Err(InvalidInput::OutcomeReferenceMalformed);
+        }
+        Ok(Self(reference.to_owned()))
+    }
+
+    /// The reference.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// A terminal failure recorded for replay: a gRPC status code other than OK and a message of at
+/// most 1024 bytes without NUL. The message is shown to callers on replay, so it must hold no
+/// key material.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordedFailure {
+    code: tonic::Code,
+    message: String,
+}
+
+impl RecordedFailure {
+    const MAX_MESSAGE_LEN: usize = 1024;
+
+    /// Checks and builds a recorded failure.
+    pub fn new(code: tonic::Code, message: &str) -> Result<Self, InvalidInput> {
+        if code == tonic::Code::Ok {
+            return Err(InvalidInput::FailureCodeIsOk);
+        }
+        if message.len() > Self::MAX_MESSAGE_LEN || message.contains('\0') {
+            return Err(InvalidInput::FailureMessageMalformed);
+        }
+        Ok(Self {
+            code,
+            message: message.to_owned(),
+        })
+    }
+
+    /// Reads a failure as stored: the numeric code and the message.
+    pub fn from_stored(code: i32, message: &str) -> Result<Self, InvalidInput> {
+        if !(1..=16).contains(&code) {
+            return Err(InvalidInput::FailureCodeIsOk);
+        }
+        Self::new(tonic::Code::from_i32(code), message)
+    }
+
+    /// The status code.
+    pub fn code(&self) -> tonic::Code {
+        self.code
+    }
+
+    /// The message.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+}
+
+/// How a finished operation ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Completion {
+    /// Committed, with the reference a replay rebuilds the response from.
+    Committed(OutcomeReference),
+    /// Failed terminally, with the failure a replay returns.
+    Failed(RecordedFailure),
+}
+
+/// One row of the ledger, as read.
+///
+/// The types carry the row's invariants: a version is at least 1, a committed row has an outcome
+/// reference and a finished row has a completion time (both live in [`Completion`] and
+/// `completed_at` together).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OperationRecord {
+    /// Which operation.
+    pub identity: GrpcOperationIdentity,
+    /// The fingerprint of the request that claimed it.
+    pub request_fingerprint: RequestFingerprint,
+    /// The row's current version.
+    pub version: Version,
+    /// When the current owner claimed it (by the store's clock).
+    pub claimed_at: SystemTime,
+    /// When the current owner's lease runs out (by the store's clock).
+    pub lease_expires_at: SystemTime,
+    /// When and how it finished; `None` while in progress.
+    pub finished: Option<(SystemTime, Completion)>,
+}
+
+impl OperationRecord {
+    /// The state, derived from whether and how the operation finished.
+    pub fn state(&self) -> OperationState {
+        match &self.finished {
+            None => OperationState::InProgress,
+            Some((_, Completion::Committed(_))) => OperationState::Committed,
+            Some((_, Completion::Failed(_))) => OperationState::FailedTerminal,
+        }
+    }
+
+    /// The outcome reference of a committed operation.
+    pub fn outcome_reference(&self) -> Option<&OutcomeReference> {
+        match &self.finished {
+            Some((_, Completion::Committed(reference))) => Some(reference),
+            _ => None,
+        }
+    }
+
+    /// The recorded failure of an operation that failed terminally.
+    pub fn failure(&self) -> Option<&RecordedFailure> {
+        match &self.finished {
+            Some((_, Completion::Failed(failure))) => Some(failure),
+            _ => None,
+        }
+    }
+
+    /// When it finished.
+    pub fn completed_at(&self) -> Option<SystemTime> {
+        self.finished.as_ref().map(|(at, _)| *at)
+    }
+}
+
+/// The answer to a claim.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClaimOutcome {
+    /// The caller owns the operation at `version` and must finish it with that version.
+    /// `took_over` is true when an earlier owner's lease had expired and this claim fenced it off.
+    Claimed {
+        /// The version the owner's transition must name.
+        version: Version,
+        /// Whether an expired claim was taken over.
+        took_over: bool,
+    },
+    /// Another owner holds a live lease; come back after `retry_after` (derived from the lease,
+    /// by the store's clock).
+    InProgress {
+        /// The row as read.
+        record: OperationRecord,
+        /// How long until the lease runs out.
+        retry_after: Duration,
+    },
+    /// The operation already finished: replay the record's outcome or failure.
+    Completed(OperationRecord),
+}

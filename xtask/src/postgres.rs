@@ -1,0 +1,496 @@
+//! A real PostgreSQL for the tests.
+//!
+//! Where it comes from, first match wins:
+//! 1. `DATABASE_URL` when set: used as it is, nothing is started or stopped.
+//! 2. A Docker engine that answers `docker info`: a throwaway `postgres:15` container on a loopback
+//!    port, removed afterwards.
+//! 3. The machine's PostgreSQL binaries (Debian's `postgresql-15`; installed with apt-get when
+//!    missing and running as root): a throwaway cluster in a temporary directory on a free loopback
+//!    port, run as an unprivileged system user when this process is root (PostgreSQL refuses to
+//!    run as root), stopped and removed on drop.
+
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context, Result, bail};
+
+use crate::cmd;
+
+/// The unprivileged system user that runs clusters when xtask runs as root.
+const CLUSTER_USER: &str = "grpc-ledger-pg";
+
+/// Server settings for test clusters. Durability is off because no test crashes the machine:
+/// tests kill connections and restart the server, and a fast shutdown or a killed backend does
+/// not lose committed data even with fsync off. Benchmarks use their own settings.
+const TEST_SETTINGS: &[(&str, &str)] = &[
+    ("fsync", "off"),
+    ("synchronous_commit", "off"),
+    ("full_page_writes", "off"),
+    ("max_connections", "400"),
+    ("shared_buffers", "256MB"),
+];
+
+/// The database the tests run against; dropping it stops and removes whatever was started.
+pub(crate) enum TestDatabase {
+    External(String),
+    Container(Container),
+    Cluster(Cluster),
+}
+
+impl TestDatabase {
+    pub(crate) fn url(&self) -> &str {
+        match self {
+            Self::External(url) => url,
+            Self::Container(container) => &container.url,
+            Self::Cluster(cluster) => &cluster.url,
+        }
+    }
+
+    /// The URL without its password, for printing.
+    pub(crate) fn redacted_url(&self) -> String {
+        redact(self.url())
+    }
+}
+
+pub(crate) fn for_tests() -> Result<TestDatabase> {
+    if let Ok(url) = std::env::var("DATABASE_URL") {
+        if !url.is_empty() {
+            eprintln!("xtask: DATABASE_URL is set; using it and starting nothing");
+            return Ok(TestDatabase::External(url));
+        }
+    }
+    if docker_answers() {
+        eprintln!("xtask: a Docker engine answers; starting a postgres:15 container");
+        return Container::start().map(TestDatabase::Container);
+    }
+    let root = fresh_temp_dir()?;
+    Cluster::start(root, TEST_SETTINGS, true).map(TestDatabase::Cluster)
+}
+
+fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            let credentials = &url[scheme + 3..at];
+            match credentials.split_once(':') {
+                Some((user, _)) => format!("{}{user}:***{}", &url[..scheme + 3], &url[at..]),
+                None => url.to_owned(),
+            }
+        }
+        _ => url.to_owned(),
+    }
+}
+
+fn docker_answers() -> bool {
+    // `docker info` talks to the engine; the client alone (as on these machines) fails quickly.
+    Command::new("docker")
+        .args(["info", "--format", "{{.ServerVersion}}"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .map(|status| status.success())
+        .unwrap_or(false)
+}
+
+/// A `postgres:15` container on a loopback port, removed on drop.
+pub(crate) struct Container {
+    id: String,
+    url: String,
+}
+
+impl Container {
+    fn start() -> Result<Self> {
+        let id = cmd::output(Command::new("docker").args([
+            "run",
+            "--detach",
+            "--rm",
+            "--publish",
+            "127.0.0.1::5432",
+            "--env",
+            "POSTGRES_HOST_AUTH_METHOD=trust",
+            "postgres:15",
+            "-c",
+            "max_connections=400",
+        ]))?
+        .trim()
+        .to_owned();
+        let port = cmd::output(Command::new("docker").args(["port", &id, "5432/tcp"]))?;
+        let port = port
+            .lines()
+            .next()
+            .and_then(|line| line.rsplit(':').next())
+            .context("docker port printed no port")?
+            .trim()
+            .to_owned();
+        let container = Self {
+            url: format!("postgres://postgres@127.0.0.1:{port}/postgres"),
+            id,
+        };
+        wait_until(Duration::from_secs(60), || {
+            Command::new("docker")
+                .args(["exec", &container.id, "pg_isready", "-U", "postgres"])
+                .output()
+                .map(|out| out.status.success())
+                .unwrap_or(false)
+        })
+        .context("the postgres container did not become ready")?;
+        Ok(container)
+    }
+}
+
+impl Drop for Container {
+    fn drop(&mut self) {
+        let _ = Command::new("docker")
+            .args(["rm", "--force", &self.id])
+            .output();
+    }
+}
+
+/// A PostgreSQL cluster run from the machine's binaries.
+pub(crate) struct Cluster {
+    bin: PathBuf,
+    root: PathBuf,
+    run_as: Option<&'static str>,
+    url: String,
+    /// Whether dropping the value stops the server and deletes `root`.
+    throwaway: bool,
+}
+
+impl Cluster {
+    /// Initialises a cluster in `root/data` and starts it on a free loopback port.
+    fn start(root: PathBuf, settings: &[(&str, &str)], throwaway: bool) -> Result<Self> {
+        let bin = bin_dir()?;
+        let run_as = if running_as_root()? {
+            ensure_system_user()?;
+            Some(CLUSTER_USER)
+        } else {
+            None
+        };
+        if let Some(user) = run_as {
+            cmd::output(Command::new("chown").args(["-R", &format!("{user}:"), path_str(&root)?]))?;
+        }
+        let mut cluster = Self {
+            bin,
+            root,
+            run_as,
+            url: String::new(),
+            throwaway,
+        };
+        cluster.init()?;
+        // A free port can be taken between our probe and the server's bind; try a few.
+        let mut last_error = None;
+        for _ in 0..3 {
+            let port = free_loopback_port()?;
+            match cluster.start_on(port, settings) {
+                Ok(()) => {
+                    cluster.url = format!("postgres://postgres@127.0.0.1:{port}/postgres");
+                    return Ok(cluster);
+                }
+                Err(error) => last_error = Some(error),
+            }
+        }
+        Err(last_error.unwrap_or_else(|| anyhow::anyhow!("no attempt was made")))
+    }
+
+    fn data_dir(&self) -> PathBuf {
+        self.root.join("data")
+    }
+
+    fn log_file(&self) -> PathBuf {
+        self.root.join("postgres.log")
+    }
+
+    /// A command for one of the PostgreSQL binaries, run as the cluster's user.
+    fn pg_command(&self, program: &str) -> Command {
+        let binary = self.bin.join(program);
+        let mut command = match self.run_as {
+            Some(user) => {
+                let mut c = Command::new("runuser");
+                c.args(["-u", user, "--"]).arg(binary);
+                c
+            }
+            None => Command::new(binary),
+        };
+        // The cluster's user may not be able to enter the caller's working directory.
+        command.current_dir(&self.root);
+        command
+    }
+
+    fn init(&self) -> Result<()> {
+        cmd::output(
+            self.pg_command("initdb")
+                .arg("--pgdata")
+                .arg(self.data_dir())
+                .args([
+                    "--username=postgres",
+                    "--auth=trust",
+                    "--encoding=UTF8",
+                    "--locale=C",
+                    "--no-sync",
+                    "--no-instructions",
+                ]),
+        )
+        .context("initdb")?;
+        Ok(())
+    }
+
+    fn start_on(&self, port: u16, settings: &[(&str, &str)]) -> Result<()> {
+        let mut options = format!(
+            "-c listen_addresses=127.0.0.1 -c port={port} -c unix_socket_directories={}",
+            path_str(&self.root)?
+        );
+        for (name, value) in settings {
+            options.push_str(&format!(" -c {name}={value}"));
+        }
+        let started = cmd::output(
+            self.pg_command("pg_ctl")
+                .arg("--pgdata")
+                .arg(self.data_dir())
+                .arg("--log")
+                .arg(self.log_file())
+                .args(["--wait", "--timeout=60", "-o", &options, "start"]),
+        );
+        if let Err(error) = started {
+            let log = std::fs::read_to_string(self.log_file()).unwrap_or_default();
+            let tail: Vec<&str> = log.lines().rev().take(15).collect();
+            let tail: Vec<&str> = tail.into_iter().rev().collect();
+            bail!("{error:#}\npostgres log:\n{}", tail.join("\n"));
+        }
+        std::fs::write(self.root.join("port"), port.to_string())?;
+        Ok(())
+    }
+
+    fn stop(&self) -> Result<()> {
+        let stop = |mode: &str| {
+            cmd::output(
+                self.pg_command("pg_ctl")
+                    .arg("--pgdata")
+                    .arg(self.data_dir())
+                    .args(["--wait", "--timeout=60", "--mode", mode, "stop"]),
+            )
+        };
+        stop("fast").or_else(|_| stop("immediate")).map(|_| ())
+    }
+
+    fn is_running(&self) -> bool {
+        self.pg_command("pg_ctl")
+            .arg("--pgdata")
+            .arg(self.data_dir())
+            .arg("status")
+            .output()
+            .map(|out| out.status.success())
+            .unwrap_or(false)
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        if !self.throwaway {
+            return;
+        }
+        if let Err(error) = self.stop() {
+            eprintln!("xtask: stopping PostgreSQL failed: {error:#}");
+        }
+        if let Err(error) = std::fs::remove_dir_all(&self.root) {
+            eprintln!("xtask: removing {} failed: {error}", self.root.display());
+        }
+    }
+}
+
+fn path_str(path: &Path) -> Result<&str> {
+    path.to_str().context("path is not UTF-8")
+}
+
+fn running_as_root() -> Result<bool> {
+    // The owner of /proc/self is the effective user of this process.
+    Ok(std::fs::metadata("/proc/self")?.uid() == 0)
+}
+
+fn ensure_system_user() -> Result<()> {
+    let exists = Command::new("id")
+        .args(["-u", CLUSTER_USER])
+        .output()
+        .map(|out| out.status.success())
+        .unwrap_or(false);
+    if !exists {
+        eprintln!("xtask: creating system user {CLUSTER_USER} to run PostgreSQL (it refuses root)");
+        cmd::output(Command::new("useradd").args([
+            "--system",
+            "--user-group",
+            "--no-create-home",
+            "--home-dir",
+            "/nonexistent",
+            "--shell",
+            "/usr/sbin/nologin",
+            CLUSTER_USER,
+        ]))?;
+    }
+    Ok(())
+}
+
+/// The directory of `initdb`, `pg_ctl` and `postgres`, installing Debian's package when missing.
+fn bin_dir() -> Result<PathBuf> {
+    if let Some(found) = find_bin_dir() {
+        return Ok(found);
+    }
+    if !running_as_root()? {
+        bail!(
+            "no PostgreSQL server binaries found (looked in /usr/lib/postgresql/*/bin and for \
+             pg_config); install postgresql-15, or set DATABASE_URL to a PostgreSQL you run"
+        );
+    }
+    eprintln!("xtask: PostgreSQL binaries missing; installing postgresql-15 with apt-get");
+    cmd::output(Command::new("apt-get").arg("update"))?;
+    let installed = cmd::output(
+        Command::new("apt-get")
+            .args(["install", "-y", "--no-install-recommends", "postgresql-15"])
+            .env("DEBIAN_FRONTEND", "noninteractive"),
+    )
+    .or_else(|_| {
+        cmd::output(
+            Command::new("apt-get")
+                .args(["install", "-y", "--no-install-recommends", "postgresql"])
+                .env("DEBIAN_FRONTEND", "noninteractive"),
+        )
+    });
+    installed.context("installing PostgreSQL")?;
+    find_bin_dir().context("PostgreSQL was installed but its binaries were not found")
+}
+
+fn find_bin_dir() -> Option<PathBuf> {
+    let has_server = |dir: &Path| dir.join("pg_ctl").is_file() && dir.join("initdb").is_file();
+    // Debian keeps one directory per major version; prefer the newest.
+    if let Ok(entries) = std::fs::read_dir("/usr/lib/postgresql") {
+        let mut majors: Vec<(u32, PathBuf)> = entries
+            .filter_map(|entry| entry.ok())
+            .filter_map(|entry| {
+                let major = entry.file_name().to_str()?.parse().ok()?;
+                Some((major, entry.path().join("bin")))
+            })
+            .filter(|(_, bin)| has_server(bin))
+            .collect();
+        majors.sort();
+        if let Some((_, bin)) = majors.pop() {
+            return Some(bin);
+        }
+    }
+    let from_pg_config = Command::new("pg_config").arg("--bindir").output().ok()?;
+    let bin = PathBuf::from(String::from_utf8_lossy(&from_pg_config.stdout).trim());
+    has_server(&bin).then_some(bin)
+}
+
+fn free_loopback_port() -> Result<u16> {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    Ok(listener.local_addr()?.port())
+}
+
+fn fresh_temp_dir() -> Result<PathBuf> {
+    let nanos = SystemTime::now().duration_since(UNIX_EPOCH)?.as_nanos();
+    let dir = std::env::temp_dir().join(format!("xtask-pg-{}-{nanos}", std::process::id()));
+    std::fs::create_dir(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))?;
+    Ok(dir)
+}
+
+fn wait_until(limit: Duration, mut ready: impl FnMut() -> bool) -> Result<()> {
+    let start = std::time::Instant::now();
+    while start.elapsed() < limit {
+        if ready() {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    bail!("not ready after {limit:?}")
+}
+
+// --- the development cluster -------------------------------------------------------------------
+
+fn dev_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join("target")
+        .join("xtask")
+        .join("pg")
+}
+
+/// Reattaches to the development cluster's directory without starting anything.
+fn dev_cluster() -> Result<Option<(Cluster, u16)>> {
+    let root = dev_root();
+    let Ok(port) = std::fs::read_to_string(root.join("port")) else {
+        return Ok(None);
+    };
+    let port: u16 = port
+        .trim()
+        .parse()
+        .context("reading the development cluster's port")?;
+    let cluster = Cluster {
+        bin: bin_dir()?,
+        root: std::fs::canonicalize(&root)?,
+        run_as: if running_as_root()? {
+            Some(CLUSTER_USER)
+        } else {
+            None
+        },
+        url: format!("postgres://postgres@127.0.0.1:{port}/postgres"),
+        throwaway: false,
+    };
+    Ok(Some((cluster, port)))
+}
+
+pub(crate) fn dev_start() -> Result<()> {
+    if let Some((cluster, _)) = dev_cluster()? {
+        if cluster.is_running() {
+            println!("{}", cluster.url);
+            return Ok(());
+        }
+        // A stale directory from a stopped or crashed cluster: start afresh.
+        std::fs::remove_dir_all(&cluster.root)?;
+    }
+    let root = dev_root();
+    std::fs::create_dir_all(&root)?;
+    std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o700))?;
+    let root = std::fs::canonicalize(root)?;
+    let cluster = Cluster::start(root, TEST_SETTINGS, false)?;
+    eprintln!("xtask: development PostgreSQL started; stop it with `cargo xtask pg stop`");
+    println!("{}", cluster.url);
+    Ok(())
+}
+
+pub(crate) fn dev_stop() -> Result<()> {
+    match dev_cluster()? {
+        Some((mut cluster, _)) => {
+            // Dropping a throwaway cluster stops it and removes its directory.
+            cluster.throwaway = true;
+            drop(cluster);
+            eprintln!("xtask: development PostgreSQL stopped and removed");
+        }
+        None => eprintln!("xtask: no development PostgreSQL to stop"),
+    }
+    Ok(())
+}
+
+pub(crate) fn dev_url() -> Result<()> {
+    match dev_cluster()? {
+        Some((cluster, _)) if cluster.is_running() => {
+            println!("{}", cluster.url);
+            Ok(())
+        }
+        _ => bail!("no development PostgreSQL is running; start one with `cargo xtask pg start`"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redact;
+
+    #[test]
+    fn redacts_only_the_password() {
+        assert_eq!(
+            redact("postgres://u:secret@h:5/db"),
+            "postgres://u:***@h:5/db"
+        );
+        assert_eq!(redact("postgres://u@h:5/db"), "postgres://u@h:5/db");
+        assert_eq!(redact("sqlite://file.db"), "sqlite://file.db");
+    }
+}
