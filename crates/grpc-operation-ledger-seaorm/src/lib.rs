@@ -1,5 +1,48 @@
-//! The SeaORM adapter of `grpc_core_api::GrpcOperationLedger`: the ledger table's migrations, in a
-//! migrator of its own, and `SeaOrmOperationLedger`, which runs on the connection or transaction
-//! its caller gives it, on PostgreSQL or SQLite.
+//! The SeaORM adapter of [`grpc_core_api::GrpcOperationLedger`].
 //!
-//! Filled by the SeaORM adapter issue.
+//! - [`LedgerMigrator`] creates the ledger table. It keeps its own migrations table
+//!   (`grpc_operation_ledger_migrations`), so a deployment can apply it on its own or add
+//!   [`ledger_migrations`] to its own migrator.
+//! - [`SeaOrmOperationLedger`] implements the port on whatever SeaORM connection its caller gives
+//!   it: a `DatabaseConnection` (each statement commits on its own) or the caller's
+//!   `DatabaseTransaction` (the claim, the business write and the transition commit together). It
+//!   never opens a transaction of its own.
+//! - [`open_sqlite`] and [`connect_postgres`] open connections configured the way the ledger needs
+//!   them (a bounded wait for a duplicate claim, WAL and a busy timeout on SQLite).
+//!
+//! # Which store
+//!
+//! SQLite is the embedded default: one process, one file, no server to run, durable across
+//! restarts of that process. Use PostgreSQL as soon as more than one process serves the same
+//! operations, or when the ledger must survive the loss of the machine.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! use grpc_core_api::*;
+//! use grpc_operation_ledger_seaorm::{LedgerConfig, SeaOrmOperationLedger, open_sqlite};
+//! use sea_orm::TransactionTrait;
+//!
+//! let db = open_sqlite("ledger.sqlite".as_ref(), &LedgerConfig::default()).await?;
+//! let txn = db.begin().await?;
+//! let ledger = SeaOrmOperationLedger::new(&txn);
+//! # let identity: GrpcOperationIdentity = unimplemented!();
+//! let lease = LeaseDuration::new(std::time::Duration::from_secs(30))?;
+//! if let ClaimOutcome::Claimed { version, .. } =
+//!     ledger.claim(&identity, &RequestFingerprint::of(b"request"), lease).await?
+//! {
+//!     // ... the business write, on `txn` ...
+//!     ledger.mark_committed(&identity, version, &OutcomeReference::parse("payment-1")?).await?;
+//! }
+//! txn.commit().await?;
+//! # Ok(()) }
+//! ```
+
+mod connect;
+mod error;
+mod ledger;
+mod migration;
+mod sql;
+
+pub use connect::{LedgerConfig, connect_postgres, open_sqlite};
+pub use ledger::{LedgerConnection, SeaOrmOperationLedger};
+pub use migration::{LEDGER_TABLE, LedgerMigrator, MIGRATIONS_TABLE, ledger_migrations};

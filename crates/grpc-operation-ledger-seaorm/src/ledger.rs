@@ -1,0 +1,383 @@
+//! `SeaOrmOperationLedger`: the port on a caller's SeaORM connection or transaction.
+
+use std::num::NonZeroU32;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use async_trait::async_trait;
+use grpc_core_api::{
+    ClaimOutcome, Completion, GrpcOperationIdentity, GrpcOperationLedger, LeaseDuration,
+    LedgerDurability, LedgerError, OperationRecord, OperationState, OutcomeReference,
+    RecordedFailure, RequestFingerprint, Version,
+};
+use sea_orm::{ConnectionTrait, DbBackend, QueryResult, Statement, Value};
+
+use crate::error::{Phase, map_db_err};
+use crate::sql::Sql;
+
+/// How long a claim waits behind another unit of work's uncommitted claim of the same identity
+/// when the connection sets no bound of its own; reported as the `InFlight` retry delay.
+const DEFAULT_CLAIM_WAIT: Duration = Duration::from_secs(2);
+
+/// A claim can find no row after its insert did nothing only if `purge` deleted the row in
+/// between; the claim then inserts again. Two rounds cover that race; more would mean a bug.
+const CLAIM_ROUNDS: usize = 3;
+
+/// The operation ledger on a SeaORM connection `C`: `&DatabaseTransaction` to run inside the
+/// caller's unit of work, or `DatabaseConnection` / `&DatabaseConnection` for statements that
+/// commit on their own (the claim-first mode).
+///
+/// It opens no transaction of its own. The bound on how long a duplicate claim waits behind an
+/// uncommitted one is a property of the connection (PostgreSQL `lock_timeout`, SQLite busy
+/// timeout), set by [`open_sqlite`](crate::open_sqlite) and
+/// [`connect_postgres`](crate::connect_postgres); tell the ledger that bound with
+/// [`with_claim_wait`](Self::with_claim_wait) so its `InFlight` answers carry it as the retry
+/// delay.
+#[derive(Debug, Clone)]
+pub struct SeaOrmOperationLedger<C> {
+    connection: C,
+    claim_wait: Duration,
+}
+
+/// What a [`SeaOrmOperationLedger`] can run on: a borrowed connection or transaction
+/// (`&DatabaseTransaction`, `&DatabaseConnection`), or an owned one (`DatabaseConnection`, an
+/// `Arc` of either) for a ledger that must be `'static`, as behind an `Arc<dyn GrpcOperationLedger>`.
+pub trait LedgerConnection: Send + Sync {
+    /// The SeaORM connection type.
+    type Connection: ConnectionTrait + Send + Sync;
+    /// The connection statements are sent on.
+    fn connection(&self) -> &Self::Connection;
+}
+
+impl<T: ConnectionTrait + Send + Sync> LedgerConnection for &T {
+    type Connection = T;
+    fn connection(&self) -> &T {
+        self
+    }
+}
+
+impl<T: ConnectionTrait + Send + Sync> LedgerConnection for std::sync::Arc<T> {
+    type Connection = T;
+    fn connection(&self) -> &T {
+        self
+    }
+}
+
+impl LedgerConnection for sea_orm::DatabaseConnection {
+    type Connection = Self;
+    fn connection(&self) -> &Self {
+        self
+    }
+}
+
+impl<C> SeaOrmOperationLedger<C>
+where
+    C: LedgerConnection,
+{
+    /// The ledger on `connection`.
+    pub fn new(connection: C) -> Self {
+        Self {
+            connection,
+            claim_wait: DEFAULT_CLAIM_WAIT,
+        }
+    }
+
+    /// Sets the claim wait the connection was configured with (see the type's docs).
+    pub fn with_claim_wait(mut self, claim_wait: Duration) -> Self {
+        self.claim_wait = claim_wait;
+        self
+    }
+
+    /// The connection the ledger runs on.
+    pub fn connection(&self) -> &C::Connection {
+        self.connection.connection()
+    }
+
+    fn sql(&self) -> Result<&'static Sql, LedgerError> {
+        Sql::for_backend(self.backend()).ok_or_else(|| {
+            LedgerError::internal("the operation ledger supports PostgreSQL and SQLite only")
+        })
+    }
+
+    fn backend(&self) -> DbBackend {
+        self.connection().get_database_backend()
+    }
+
+    fn statement(&self, sql: &str, values: Vec<Value>) -> Statement {
+        Statement::from_sql_and_values(self.backend(), sql, values)
+    }
+
+    async fn execute(
+        &self,
+        sql: &str,
+        values: Vec<Value>,
+        phase: Phase,
+    ) -> Result<u64, LedgerError> {
+        self.connection()
+            .execute_raw(self.statement(sql, values))
+            .await
+            .map(|result| result.rows_affected())
+            .map_err(|e| map_db_err(e, phase))
+    }
+
+    /// The stored row of `identity` and the store's clock (ms since the epoch), if it exists.
+    async fn read(
+        &self,
+        identity: &GrpcOperationIdentity,
+        phase: Phase,
+    ) -> Result<Option<(OperationRecord, i64)>, LedgerError> {
+        let row = self
+            .connection()
+            .query_one_raw(self.statement(&self.sql()?.select_record, identity_values(identity)))
+            .await
+            .map_err(|e| map_db_err(e, phase))?;
+        row.map(|row| decode_record(identity, &row)).transpose()
+    }
+
+    async fn transition(
+        &self,
+        identity: &GrpcOperationIdentity,
+        version: Version,
+        completion: &Completion,
+    ) -> Result<Version, LedgerError> {
+        let sql = self.sql()?;
+        let mut values = identity_values(identity);
+        values.push(version.to_stored().into());
+        let statement = match completion {
+            Completion::Committed(outcome) => {
+                values.push(outcome.as_str().into());
+                &sql.mark_committed
+            }
+            Completion::Failed(failure) => {
+                values.push((failure.code() as i32).into());
+                values.push(failure.message().into());
+                &sql.mark_failed
+            }
+        };
+        if self.execute(statement, values, Phase::Other).await? == 1 {
+            return Ok(version.next());
+        }
+        // Nothing changed: never success. Say why, from the row as it is now.
+        match self.read(identity, Phase::Other).await? {
+            None => Err(LedgerError::NotClaimed),
+            Some((record, _)) if record.state().is_terminal() => {
+                Err(LedgerError::AlreadyCompleted {
+                    state: record.state(),
+                })
+            }
+            Some((record, _)) if record.version != version => Err(LedgerError::LostOwnership {
+                expected: version,
+                current: record.version,
+            }),
+            Some(_) => Err(LedgerError::internal(
+                "a transition matched no row although the claim is current",
+            )),
+        }
+    }
+}
+
+#[async_trait]
+impl<C> GrpcOperationLedger for SeaOrmOperationLedger<C>
+where
+    C: LedgerConnection,
+{
+    async fn claim(
+        &self,
+        identity: &GrpcOperationIdentity,
+        request: &RequestFingerprint,
+        lease: LeaseDuration,
+    ) -> Result<ClaimOutcome, LedgerError> {
+        let sql = self.sql()?;
+        let phase = Phase::Claim {
+            wait: self.claim_wait,
+        };
+        for _ in 0..CLAIM_ROUNDS {
+            let mut values = identity_values(identity);
+            values.push(request.to_hex().into());
+            values.push(lease.as_millis().into());
+            if self.execute(&sql.claim_insert, values, phase).await? == 1 {
+                return Ok(ClaimOutcome::Claimed {
+                    version: Version::FIRST,
+                    took_over: false,
+                });
+            }
+            let Some((record, db_now)) = self.read(identity, phase).await? else {
+                continue; // purged between our insert and our read: insert again
+            };
+            if record.request_fingerprint != *request {
+                return Err(LedgerError::KeyReusedWithDifferentRequest);
+            }
+            if record.state().is_terminal() {
+                return Ok(ClaimOutcome::Completed(record));
+            }
+            let lease_left = millis_between(db_now, to_millis(record.lease_expires_at));
+            if lease_left > 0 {
+                return Ok(ClaimOutcome::InProgress {
+                    retry_after: Duration::from_millis(lease_left as u64),
+                    record,
+                });
+            }
+            let mut values = identity_values(identity);
+            values.push(record.version.to_stored().into());
+            values.push(lease.as_millis().into());
+            if self.execute(&sql.take_over, values, phase).await? == 1 {
+                return Ok(ClaimOutcome::Claimed {
+                    version: record.version.next(),
+                    took_over: true,
+                });
+            }
+            // Someone else took it over or finished it first: answer from the row as it is now.
+        }
+        Err(LedgerError::internal(
+            "a claim did not settle after repeated attempts",
+        ))
+    }
+
+    async fn mark_committed(
+        &self,
+        identity: &GrpcOperationIdentity,
+        version: Version,
+        outcome: &OutcomeReference,
+    ) -> Result<Version, LedgerError> {
+        self.transition(identity, version, &Completion::Committed(outcome.clone()))
+            .await
+    }
+
+    async fn mark_failed(
+        &self,
+        identity: &GrpcOperationIdentity,
+        version: Version,
+        failure: &RecordedFailure,
+    ) -> Result<Version, LedgerError> {
+        self.transition(identity, version, &Completion::Failed(failure.clone()))
+            .await
+    }
+
+    async fn find(
+        &self,
+        identity: &GrpcOperationIdentity,
+    ) -> Result<Option<OperationRecord>, LedgerError> {
+        Ok(self
+            .read(identity, Phase::Other)
+            .await?
+            .map(|(record, _)| record))
+    }
+
+    async fn purge(
+        &self,
+        completed_before: SystemTime,
+        limit: NonZeroU32,
+    ) -> Result<u64, LedgerError> {
+        let values = vec![
+            to_millis(completed_before).into(),
+            i64::from(limit.get()).into(),
+        ];
+        self.execute(&self.sql()?.purge, values, Phase::Other).await
+    }
+
+    fn durability(&self) -> LedgerDurability {
+        LedgerDurability::Durable
+    }
+}
+
+fn identity_values(identity: &GrpcOperationIdentity) -> Vec<Value> {
+    vec![
+        identity.caller().as_str().into(),
+        identity.method().as_str().into(),
+        identity.key_hash().to_hex().into(),
+    ]
+}
+
+fn millis_between(from: i64, to: i64) -> i64 {
+    to.saturating_sub(from)
+}
+
+fn to_millis(time: SystemTime) -> i64 {
+    match time.duration_since(UNIX_EPOCH) {
+        Ok(after) => i64::try_from(after.as_millis()).unwrap_or(i64::MAX),
+        Err(before) => -i64::try_from(before.duration().as_millis()).unwrap_or(i64::MAX),
+    }
+}
+
+fn from_millis(millis: i64) -> SystemTime {
+    let magnitude = Duration::from_millis(millis.unsigned_abs());
+    if millis >= 0 {
+        UNIX_EPOCH + magnitude
+    } else {
+        UNIX_EPOCH - magnitude
+    }
+}
+
+/// Reads a row into a record, refusing a row that breaks the record's invariants (which the
+/// CHECK constraints should have prevented) as `Internal`.
+fn decode_record(
+    identity: &GrpcOperationIdentity,
+    row: &QueryResult,
+) -> Result<(OperationRecord, i64), LedgerError> {
+    let corrupt = |what: &str| LedgerError::internal(format!("stored ledger row has a bad {what}"));
+    let text = |column: &str| {
+        row.try_get::<String>("", column)
+            .map_err(|_| corrupt(column))
+    };
+    let optional_text = |column: &str| {
+        row.try_get::<Option<String>>("", column)
+            .map_err(|_| corrupt(column))
+    };
+    let number = |column: &str| row.try_get::<i64>("", column).map_err(|_| corrupt(column));
+    let optional_number = |column: &str| {
+        row.try_get::<Option<i64>>("", column)
+            .map_err(|_| corrupt(column))
+    };
+
+    let request_fingerprint = RequestFingerprint::from_hex(text("request_fingerprint")?.trim_end())
+        .map_err(|_| corrupt("request_fingerprint"))?;
+    let state: OperationState = text("state")?.parse().map_err(|_| corrupt("state"))?;
+    let version = Version::from_stored(number("version")?).map_err(|_| corrupt("version"))?;
+    let completed_at = optional_number("completed_at")?.map(from_millis);
+    let finished = match state {
+        OperationState::InProgress => None,
+        OperationState::Committed => {
+            let reference =
+                optional_text("outcome_reference")?.ok_or(corrupt("outcome_reference"))?;
+            let reference =
+                OutcomeReference::parse(&reference).map_err(|_| corrupt("outcome_reference"))?;
+            Some((
+                completed_at.ok_or(corrupt("completed_at"))?,
+                Completion::Committed(reference),
+            ))
+        }
+        OperationState::FailedTerminal => {
+            let code = optional_number("failure_code")?.ok_or(corrupt("failure_code"))?;
+            let message = optional_text("failure_message")?.ok_or(corrupt("failure_message"))?;
+            let failure = RecordedFailure::from_stored(
+                i32::try_from(code).map_err(|_| corrupt("failure_code"))?,
+                &message,
+            )
+            .map_err(|_| corrupt("failure"))?;
+            Some((
+                completed_at.ok_or(corrupt("completed_at"))?,
+                Completion::Failed(failure),
+            ))
+        }
+    };
+    let record = OperationRecord {
+        identity: identity.clone(),
+        request_fingerprint,
+        version,
+        claimed_at: from_millis(number("claimed_at")?),
+        lease_expires_at: from_millis(number("lease_expires_at")?),
+        finished,
+    };
+    Ok((record, number("db_now")?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn millis_round_trip_on_both_sides_of_the_epoch() {
+        for millis in [0, 1, 1_764_700_000_123, -1, -86_400_000] {
+            assert_eq!(to_millis(from_millis(millis)), millis);
+        }
+    }
+}

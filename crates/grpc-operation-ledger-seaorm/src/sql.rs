@@ -1,0 +1,167 @@
+//! Every statement the adapter sends, written out so that reviewers and tests can read them.
+//!
+//! Templates use `$N` placeholders and a `{now}` token. [`Sql::for_backend`] turns them into the
+//! store's dialect: `?N` placeholders for SQLite, and the database's own clock in milliseconds
+//! since the Unix epoch for `{now}` (lease expiry is judged by the store's clock, never the
+//! caller's). Every value is bound; nothing from a request is ever spliced into SQL text.
+
+use std::sync::OnceLock;
+
+use sea_orm::DbBackend;
+
+/// The identity condition shared by every statement that names one row.
+macro_rules! identity_condition {
+    () => {
+        "caller_fingerprint = $1 AND full_method_name = $2 AND idempotency_key_hash = $3"
+    };
+}
+
+/// Claim: one insert that can only insert. `$4` request fingerprint, `$5` lease in ms.
+/// (SQLite needs the `WHERE true` to tell the SELECT's end from the ON CONFLICT clause.)
+const CLAIM_INSERT: &str = "INSERT INTO grpc_operation_ledger \
+    (caller_fingerprint, full_method_name, idempotency_key_hash, request_fingerprint, \
+     state, version, claimed_at, lease_expires_at) \
+    SELECT $1, $2, $3, $4, 'IN_PROGRESS', 1, clock.now, clock.now + $5 \
+    FROM (SELECT {now} AS now) AS clock WHERE true \
+    ON CONFLICT (caller_fingerprint, full_method_name, idempotency_key_hash) DO NOTHING";
+
+/// The row of one identity, with the store's clock.
+const SELECT_RECORD: &str = concat!(
+    "SELECT request_fingerprint, state, version, claimed_at, lease_expires_at, completed_at, \
+     outcome_reference, failure_code, failure_message, {now} AS db_now \
+     FROM grpc_operation_ledger WHERE ",
+    identity_condition!()
+);
+
+/// Fenced takeover of an expired lease: only from the version that was read, and only if the
+/// lease is still expired by the store's clock. `$4` old version, `$5` lease in ms.
+const TAKE_OVER: &str = concat!(
+    "UPDATE grpc_operation_ledger SET version = version + 1, claimed_at = {now}, \
+     lease_expires_at = {now} + $5 WHERE ",
+    identity_condition!(),
+    " AND state = 'IN_PROGRESS' AND version = $4 AND lease_expires_at <= {now}"
+);
+
+/// Transition to COMMITTED. `$4` owner's version, `$5` outcome reference.
+const MARK_COMMITTED: &str = concat!(
+    "UPDATE grpc_operation_ledger SET state = 'COMMITTED', version = version + 1, \
+     completed_at = {now}, outcome_reference = $5 WHERE ",
+    identity_condition!(),
+    " AND state = 'IN_PROGRESS' AND version = $4"
+);
+
+/// Transition to FAILED_TERMINAL. `$4` owner's version, `$5` status code, `$6` message.
+const MARK_FAILED: &str = concat!(
+    "UPDATE grpc_operation_ledger SET state = 'FAILED_TERMINAL', version = version + 1, \
+     completed_at = {now}, failure_code = $5, failure_message = $6 WHERE ",
+    identity_condition!(),
+    " AND state = 'IN_PROGRESS' AND version = $4"
+);
+
+/// Deletes at most `$2` finished rows completed before `$1` (ms). `claimed_at <= completed_at`
+/// always holds, so the condition on `claimed_at` lets its index find the candidates.
+const PURGE: &str = "DELETE FROM grpc_operation_ledger \
+    WHERE (caller_fingerprint, full_method_name, idempotency_key_hash) IN ( \
+    SELECT caller_fingerprint, full_method_name, idempotency_key_hash \
+    FROM grpc_operation_ledger \
+    WHERE claimed_at < $1 AND completed_at < $1 AND state <> 'IN_PROGRESS' LIMIT $2)";
+
+const POSTGRES_NOW: &str = "(EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::BIGINT";
+const SQLITE_NOW: &str = "CAST(unixepoch('subsec') * 1000 AS INTEGER)";
+
+/// The statements in one store's dialect.
+#[derive(Debug)]
+pub(crate) struct Sql {
+    pub(crate) claim_insert: String,
+    pub(crate) select_record: String,
+    pub(crate) take_over: String,
+    pub(crate) mark_committed: String,
+    pub(crate) mark_failed: String,
+    pub(crate) purge: String,
+}
+
+impl Sql {
+    /// The statements for `backend`, or `None` for a store the ledger does not support.
+    pub(crate) fn for_backend(backend: DbBackend) -> Option<&'static Self> {
+        static POSTGRES: OnceLock<Sql> = OnceLock::new();
+        static SQLITE: OnceLock<Sql> = OnceLock::new();
+        match backend {
+            DbBackend::Postgres => Some(POSTGRES.get_or_init(|| Self::build(POSTGRES_NOW, false))),
+            DbBackend::Sqlite => Some(SQLITE.get_or_init(|| Self::build(SQLITE_NOW, true))),
+            _ => None,
+        }
+    }
+
+    fn build(now: &str, question_placeholders: bool) -> Self {
+        let render = |template: &str| {
+            let text = template.replace("{now}", now);
+            if question_placeholders {
+                // `$N` is a named parameter in SQLite; `?N` is its positional form.
+                text.replace('$', "?")
+            } else {
+                text
+            }
+        };
+        Self {
+            claim_insert: render(CLAIM_INSERT),
+            select_record: render(SELECT_RECORD),
+            take_over: render(TAKE_OVER),
+            mark_committed: render(MARK_COMMITTED),
+            mark_failed: render(MARK_FAILED),
+            purge: render(PURGE),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn claim_only_inserts_and_every_statement_is_parameterised() {
+        for backend in [DbBackend::Postgres, DbBackend::Sqlite] {
+            let sql = Sql::for_backend(backend).expect("supported");
+            assert!(
+                sql.claim_insert
+                    .starts_with("INSERT INTO grpc_operation_ledger")
+            );
+            assert!(sql.claim_insert.ends_with("DO NOTHING"));
+            assert!(!sql.claim_insert.contains("UPDATE"), "{}", sql.claim_insert);
+            assert!(!sql.claim_insert.contains("DO UPDATE"));
+            for statement in [
+                &sql.claim_insert,
+                &sql.select_record,
+                &sql.take_over,
+                &sql.mark_committed,
+                &sql.mark_failed,
+                &sql.purge,
+            ] {
+                assert!(!statement.contains("{now}"), "{statement}");
+                assert!(!statement.contains('\''.to_string().repeat(2).as_str()));
+            }
+            for transition in [&sql.take_over, &sql.mark_committed, &sql.mark_failed] {
+                assert!(transition.contains("AND state = 'IN_PROGRESS' AND version = "));
+                assert!(transition.contains("version = version + 1"));
+            }
+        }
+        assert!(
+            Sql::for_backend(DbBackend::Sqlite)
+                .unwrap()
+                .claim_insert
+                .contains("?5")
+        );
+        assert!(
+            !Sql::for_backend(DbBackend::Sqlite)
+                .unwrap()
+                .claim_insert
+                .contains('$')
+        );
+        assert!(
+            Sql::for_backend(DbBackend::Postgres)
+                .unwrap()
+                .claim_insert
+                .contains("$5")
+        );
+        assert!(Sql::for_backend(DbBackend::MySql).is_none());
+    }
+}

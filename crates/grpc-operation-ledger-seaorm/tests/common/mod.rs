@@ -1,0 +1,163 @@
+//! Fresh stores for the adapter's own tests: a new SQLite file, or a new database on the
+//! PostgreSQL that `cargo xtask test` started (`DATABASE_URL`).
+
+#![allow(dead_code, unreachable_pub)]
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use grpc_core_api::{
+    CallerFingerprint, GrpcMethod, GrpcOperationIdentity, IdempotencyKey, KeyHasher, LeaseDuration,
+};
+use grpc_operation_ledger_seaorm::{LedgerConfig, LedgerMigrator, connect_postgres, open_sqlite};
+use sea_orm::{ConnectionTrait, Database, DatabaseConnection};
+use sea_orm_migration::MigratorTrait;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Store {
+    Sqlite,
+    Postgres,
+}
+
+/// One test's store; a SQLite file is deleted when it is dropped.
+pub struct TestDb {
+    pub db: DatabaseConnection,
+    pub store: Store,
+    pub url: String,
+    sqlite_file: Option<PathBuf>,
+}
+
+impl Drop for TestDb {
+    fn drop(&mut self) {
+        if let Some(file) = &self.sqlite_file {
+            for suffix in ["", "-wal", "-shm"] {
+                let _ = std::fs::remove_file(format!("{}{suffix}", file.display()));
+            }
+        }
+    }
+}
+
+pub fn config() -> LedgerConfig {
+    LedgerConfig {
+        claim_wait: Duration::from_millis(500),
+        max_connections: 40,
+        acquire_timeout: Duration::from_secs(10),
+    }
+}
+
+static COUNTER: AtomicU32 = AtomicU32::new(0);
+
+fn unique_name() -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos();
+    format!(
+        "ledger_test_{}_{}_{nanos}",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// The PostgreSQL the tests must run against. There is no silent skip: without it the test fails
+/// and says how to get one.
+pub fn postgres_admin_url() -> String {
+    match std::env::var("DATABASE_URL") {
+        Ok(url) if !url.is_empty() => url,
+        _ => panic!(
+            "DATABASE_URL is not set: these tests need a real PostgreSQL. Run them with \
+             `cargo xtask test`, which starts one, or start one with `cargo xtask pg start` and \
+             export DATABASE_URL=$(cargo xtask pg url)"
+        ),
+    }
+}
+
+/// `url` with its database name replaced.
+pub fn with_database(url: &str, database: &str) -> String {
+    let (base, query) = match url.split_once('?') {
+        Some((base, query)) => (base, Some(query)),
+        None => (url, None),
+    };
+    let (server, _) = base.rsplit_once('/').expect("a database URL has a path");
+    match query {
+        Some(query) => format!("{server}/{database}?{query}"),
+        None => format!("{server}/{database}"),
+    }
+}
+
+/// A fresh, migrated store.
+pub async fn fresh(store: Store) -> TestDb {
+    let name = unique_name();
+    match store {
+        Store::Sqlite => {
+            let file = std::env::temp_dir().join(format!("{name}.sqlite"));
+            let db = open_sqlite(&file, &config()).await.expect("open SQLite");
+            TestDb {
+                db,
+                store,
+                url: format!("sqlite://{}", file.display()),
+                sqlite_file: Some(file),
+            }
+        }
+        Store::Postgres => {
+            let admin_url = postgres_admin_url();
+            let admin = Database::connect(&admin_url).await.unwrap_or_else(|e| {
+                panic!("cannot reach the PostgreSQL at DATABASE_URL ({e}); is it running?")
+            });
+            admin
+                .execute_unprepared(&format!("CREATE DATABASE {name}"))
+                .await
+                .expect("create a fresh database");
+            admin.close().await.expect("close the admin connection");
+            let url = with_database(&admin_url, &name);
+            let db = connect_postgres(&url, &config())
+                .await
+                .expect("connect PostgreSQL");
+            LedgerMigrator::up(&db, None)
+                .await
+                .expect("apply the ledger migrations");
+            TestDb {
+                db,
+                store,
+                url,
+                sqlite_file: None,
+            }
+        }
+    }
+}
+
+pub fn identity(caller: &str, method: &str, key: &str) -> GrpcOperationIdentity {
+    GrpcOperationIdentity::new(
+        CallerFingerprint::parse(caller).unwrap(),
+        GrpcMethod::parse(method).unwrap(),
+        KeyHasher::Sha256.hash(&IdempotencyKey::parse(key).unwrap()),
+    )
+}
+
+pub fn lease(millis: u64) -> LeaseDuration {
+    LeaseDuration::new(Duration::from_millis(millis)).unwrap()
+}
+
+/// Runs a test body once against each store, as two named tests.
+#[macro_export]
+macro_rules! on_both_stores {
+    ($($name:ident),* $(,)?) => {
+        mod sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $name() {
+                    super::$name(super::common::Store::Sqlite).await
+                }
+            )*
+        }
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $name() {
+                    super::$name(super::common::Store::Postgres).await
+                }
+            )*
+        }
+    };
+}

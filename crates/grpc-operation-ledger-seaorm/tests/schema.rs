@@ -1,0 +1,138 @@
+//! The migration's shape: applied twice harmlessly, kept in its own migrations table, reversible,
+//! and every CHECK constraint refuses a bad row written by raw SQL.
+
+mod common;
+
+use common::{Store, fresh};
+use grpc_operation_ledger_seaorm::{LEDGER_TABLE, LedgerMigrator, MIGRATIONS_TABLE};
+use sea_orm::{ConnectionTrait, DbBackend, Statement};
+use sea_orm_migration::MigratorTrait;
+
+async fn table_exists(db: &impl ConnectionTrait, table: &str) -> bool {
+    let sql = match db.get_database_backend() {
+        DbBackend::Postgres => format!(
+            "SELECT COUNT(*) AS n FROM information_schema.tables WHERE table_name = '{table}'"
+        ),
+        _ => format!(
+            "SELECT COUNT(*) AS n FROM sqlite_master WHERE type = 'table' AND name = '{table}'"
+        ),
+    };
+    let row = db
+        .query_one_raw(Statement::from_string(db.get_database_backend(), sql))
+        .await
+        .unwrap()
+        .unwrap();
+    row.try_get::<i64>("", "n").unwrap() == 1
+}
+
+async fn migrations_apply_twice_harmlessly_and_revert(store: Store) {
+    let t = fresh(store).await;
+    assert!(table_exists(&t.db, LEDGER_TABLE).await);
+    assert!(table_exists(&t.db, MIGRATIONS_TABLE).await);
+    assert!(
+        !table_exists(&t.db, "seaql_migrations").await,
+        "the ledger keeps its own record"
+    );
+    LedgerMigrator::up(&t.db, None)
+        .await
+        .expect("second up is harmless");
+    assert_eq!(
+        LedgerMigrator::get_applied_migrations(&t.db)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+    LedgerMigrator::down(&t.db, None).await.expect("down");
+    assert!(!table_exists(&t.db, LEDGER_TABLE).await);
+    LedgerMigrator::up(&t.db, None).await.expect("up again");
+    assert!(table_exists(&t.db, LEDGER_TABLE).await);
+}
+
+const H: &str = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+
+fn insert(
+    key_hash_suffix: &str,
+    state: &str,
+    version: i64,
+    completed: &str,
+    outcome: &str,
+    code: &str,
+) -> String {
+    format!(
+        "INSERT INTO grpc_operation_ledger (caller_fingerprint, full_method_name, \
+         idempotency_key_hash, request_fingerprint, state, version, claimed_at, lease_expires_at, \
+         completed_at, outcome_reference, failure_code, failure_message) VALUES \
+         ('c', '/p.S/M', '{}{key_hash_suffix}', '{H}', '{state}', {version}, 1, 2, {completed}, \
+         {outcome}, {code}, {msg})",
+        &H[..64 - key_hash_suffix.len()],
+        msg = if code == "NULL" { "NULL" } else { "'m'" },
+    )
+}
+
+async fn check_constraints_refuse_bad_rows_written_by_raw_sql(store: Store) {
+    let t = fresh(store).await;
+    let good = [
+        insert("01", "IN_PROGRESS", 1, "NULL", "NULL", "NULL"),
+        insert("02", "COMMITTED", 2, "3", "'payment-1'", "NULL"),
+        insert("03", "FAILED_TERMINAL", 2, "3", "NULL", "9"),
+    ];
+    for sql in good {
+        t.db.execute_unprepared(&sql)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    }
+    let bad = [
+        ("unknown state", insert("10", "DONE", 1, "3", "'x'", "NULL")),
+        (
+            "state stored as an ordinal",
+            insert("11", "1", 1, "NULL", "NULL", "NULL"),
+        ),
+        (
+            "committed without outcome",
+            insert("12", "COMMITTED", 2, "3", "NULL", "NULL"),
+        ),
+        (
+            "committed without completion time",
+            insert("13", "COMMITTED", 2, "NULL", "'x'", "NULL"),
+        ),
+        (
+            "failed without completion time",
+            insert("14", "FAILED_TERMINAL", 2, "NULL", "NULL", "9"),
+        ),
+        (
+            "failed without failure",
+            insert("15", "FAILED_TERMINAL", 2, "3", "NULL", "NULL"),
+        ),
+        (
+            "failed with code OK",
+            insert("16", "FAILED_TERMINAL", 2, "3", "NULL", "0"),
+        ),
+        (
+            "version zero",
+            insert("17", "IN_PROGRESS", 0, "NULL", "NULL", "NULL"),
+        ),
+        (
+            "duplicate identity",
+            insert("01", "IN_PROGRESS", 1, "NULL", "NULL", "NULL"),
+        ),
+    ];
+    for (what, sql) in bad {
+        let result = t.db.execute_unprepared(&sql).await;
+        assert!(result.is_err(), "{what} was accepted on {store:?}");
+    }
+    let count =
+        t.db.query_one_raw(Statement::from_string(
+            t.db.get_database_backend(),
+            "SELECT COUNT(*) AS n FROM grpc_operation_ledger",
+        ))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(count.try_get::<i64>("", "n").unwrap(), 3);
+}
+
+on_both_stores!(
+    migrations_apply_twice_harmlessly_and_revert,
+    check_constraints_refuse_bad_rows_written_by_raw_sql,
+);
