@@ -55,11 +55,11 @@ impl TestDatabase {
 }
 
 pub(crate) fn for_tests() -> Result<TestDatabase> {
-    if let Ok(url) = std::env::var("DATABASE_URL") {
-        if !url.is_empty() {
-            eprintln!("xtask: DATABASE_URL is set; using it and starting nothing");
-            return Ok(TestDatabase::External(url));
-        }
+    if let Ok(url) = std::env::var("DATABASE_URL")
+        && !url.is_empty()
+    {
+        eprintln!("xtask: DATABASE_URL is set; using it and starting nothing");
+        return Ok(TestDatabase::External(url));
     }
     if docker_answers() {
         eprintln!("xtask: a Docker engine answers; starting a postgres:15 container");

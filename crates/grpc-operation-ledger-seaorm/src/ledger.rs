@@ -346,13 +346,13 @@ fn decode_record(
             ))
         }
         OperationState::FailedTerminal => {
-            let code = optional_number("failure_code")?.ok_or(corrupt("failure_code"))?;
+            let code = row
+                .try_get::<Option<i32>>("", "failure_code")
+                .map_err(|_| corrupt("failure_code"))?
+                .ok_or(corrupt("failure_code"))?;
             let message = optional_text("failure_message")?.ok_or(corrupt("failure_message"))?;
-            let failure = RecordedFailure::from_stored(
-                i32::try_from(code).map_err(|_| corrupt("failure_code"))?,
-                &message,
-            )
-            .map_err(|_| corrupt("failure"))?;
+            let failure =
+                RecordedFailure::from_stored(code, &message).map_err(|_| corrupt("failure"))?;
             Some((
                 completed_at.ok_or(corrupt("completed_at"))?,
                 Completion::Failed(failure),
