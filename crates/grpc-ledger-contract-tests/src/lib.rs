@@ -1,4 +1,38 @@
-//! The contract suite that every `grpc_core_api::GrpcOperationLedger` adapter must pass, and the
-//! in-memory double that passes it honestly.
+//! The contract suite that every [`GrpcOperationLedger`] adapter must pass, and
+//! [`InMemoryOperationLedger`], the double that passes it honestly.
 //!
-//! Filled by the contract-suite issue.
+//! A store is correct exactly when it passes this suite against a real instance. The suite talks
+//! to a store through three small traits an adapter's test implements: [`LedgerFixture`] hands out
+//! a fresh, empty [`LedgerStore`] per case; the store begins [`UnitOfWork`]s, each on its own
+//! connection, with a ledger bound to that unit, a business write, commit and rollback. Stores
+//! differ only through [`Capabilities`], never by name.
+//!
+//! A third-party adapter runs the whole suite from one test (or, with
+//! `ledger_contract_tests!(MyFixture::new())`, one named test per case):
+//!
+//! ```ignore
+//! #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+//! async fn my_adapter_passes_the_ledger_contract() {
+//!     grpc_ledger_contract_tests::run_all(std::sync::Arc::new(MyFixture::new().await)).await;
+//! }
+//! ```
+//!
+//! Each case is also a public async function (`cases::claim_after_commit_replays`, ...), so an
+//! adapter can run them as separate named tests, and [`run_report`] returns which cases failed
+//! instead of panicking, which is how this crate checks that the suite catches broken adapters.
+//!
+//! [`GrpcOperationLedger`]: grpc_core_api::GrpcOperationLedger
+
+pub mod cases;
+mod fixture;
+mod in_memory;
+
+pub use cases::{CASES, run_all, run_report};
+pub use fixture::{Capabilities, LedgerFixture, LedgerStore, UnitOfWork};
+pub use in_memory::{InMemoryFixture, InMemoryOperationLedger, InMemoryStore, InMemoryUnit};
+
+/// The deliberately broken behaviours the suite's own tests use; not part of the API.
+#[doc(hidden)]
+pub mod __private_defect {
+    pub use crate::in_memory::Defect;
+}

@@ -1,0 +1,739 @@
+//! The contract's cases, one public async function each. Every case begins with a fresh store.
+//! A case fails by panicking with a message that says which rule was broken.
+
+use std::num::NonZeroU32;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use grpc_core_api::{
+    CallerFingerprint, ClaimOutcome, GrpcMethod, GrpcOperationIdentity, IdempotencyKey, KeyHasher,
+    LeaseDuration, LedgerError, OperationState, OutcomeReference, RecordedFailure,
+    RequestFingerprint, Version,
+};
+
+use crate::{LedgerFixture, LedgerStore, UnitOfWork};
+
+const CREATE: &str = "/payments.v1.Payments/CreatePayment";
+
+fn identity(caller: &str, method: &str, key: &str) -> GrpcOperationIdentity {
+    GrpcOperationIdentity::new(
+        CallerFingerprint::parse(caller).expect("valid caller"),
+        GrpcMethod::parse(method).expect("valid method"),
+        KeyHasher::Sha256.hash(&IdempotencyKey::parse(key).expect("valid key")),
+    )
+}
+
+fn request(body: &str) -> RequestFingerprint {
+    RequestFingerprint::of(body.as_bytes())
+}
+
+fn lease(millis: u64) -> LeaseDuration {
+    LeaseDuration::new(Duration::from_millis(millis)).expect("valid lease")
+}
+
+fn outcome(reference: &str) -> OutcomeReference {
+    OutcomeReference::parse(reference).expect("valid outcome")
+}
+
+fn failure(message: &str) -> RecordedFailure {
+    RecordedFailure::new(tonic::Code::FailedPrecondition, message).expect("valid failure")
+}
+
+const LONG: u64 = 60_000;
+const FIRST: Version = Version::FIRST;
+
+fn claimed_first() -> ClaimOutcome {
+    ClaimOutcome::Claimed {
+        version: FIRST,
+        took_over: false,
+    }
+}
+
+/// A claim of a new identity owns it at version 1.
+pub async fn claim_new_identity<F: LedgerFixture>(fixture: &F) {
+    let store = fixture.fresh_store().await;
+    let ledger = store.autocommit();
+    let id = identity("tenant-a", CREATE, "new");
+    assert_eq!(
+        ledger.claim(&id, &request("x"), lease(LONG)).await,
+        Ok(claimed_first())
+    );
+    let record = ledger
+        .find(&id)
+        .await
+        .expect("find")
+        .expect("the claim is stored");
+    assert_eq!(record.state(), OperationState::InProgress);
+    assert_eq!(record.version, FIRST);
+    assert_eq!(record.request_fingerprint, request("x"));
+}
+
+/// A claim after commit replays: outcome and version intact, nothing rewritten (review 17.1).
+pub async fn claim_after_commit_replays<F: LedgerFixture>(fixture: &F) {
+    let store = fixture.fresh_store().await;
+    let ledger = store.autocommit();
+    let id = identity("tenant-a", CREATE, "committed");
+    ledger
+        .claim(&id, &request("x"), lease(LONG))
+        .await
+        .expect("claim");
+    let v2 = ledger
+        .mark_committed(&id, FIRST, &outcome("payment-1"))
+        .await
+        .expect("commit");
+    assert_eq!(v2, FIRST.next());
+    let before = ledger.find(&id).await.expect("find");
+    let again = ledger
+        .claim(&id, &request("x"), lease(LONG))
+        .await
+        .expect("claim again");
+    let ClaimOutcome::Completed(record) = again else {
+        panic!("a claim of a committed identity must replay, got {again:?}");
+    };
+    assert_eq!(record.outcome_reference(), Some(&outcome("payment-1")));
+    assert_eq!(record.version, v2, "the version is unchanged");
+    assert_eq!(
+        ledger.find(&id).await.expect("find"),
+        before,
+        "nothing was rewritten"
+    );
+}
+
+/// A claim after a terminal failure replays the recorded failure.
+pub async fn claim_after_failure_replays_the_failure<F: LedgerFixture>(fixture: &F) {
+    let store = fixture.fresh_store().await;
+    let ledger = store.autocommit();
+    let id = identity("tenant-a", CREATE, "failed");
+    ledger
+        .claim(&id, &request("x"), lease(LONG))
+        .await
+        .expect("claim");
+    ledger
+        .mark_failed(&id, FIRST, &failure("insufficient funds"))
+        .await
+        .expect("fail");
+    let again = ledger
+        .claim(&id, &request("x"), lease(LONG))
+        .await
+        .expect("claim again");
+    let ClaimOutcome::Completed(record) = again else {
+        panic!("a claim of a failed identity must replay, got {again:?}");
+    };
+    assert_eq!(record.state(), OperationState::FailedTerminal);
+    assert_eq!(record.failure(), Some(&failure("insufficient funds")));
+}
+
+/// The same key under another caller, or another method, is another operation.
+pub async fn other_caller_or_method_is_independent<F: LedgerFixture>(fixture: &F) {
+    let store = fixture.fresh_store().await;
+    let ledger = store.autocommit();
+    let base = identity("tenant-a", CREATE, "shared-key");
+    ledger
+        .claim(&base, &request("x"), lease(LONG))
+        .await
+        .expect("claim");
+    ledger
+        .mark_committed(&base, FIRST, &outcome("a"))
+        .await
+        .expect("commit");
+    for other in [
+        identity("tenant-b", CREATE, "shared-key"),
+        identity("tenant-a", "/payments.v1.Payments/Refund", "shared-key"),
+    ] {
+        assert_eq!(
+            ledger.claim(&other, &request("y"), lease(LONG)).await,
+            Ok(claimed_first()),
+            "{other:?} must be independent"
+        );
+    }
+}
+
+/// A different request under the same identity is refused and the row is untouched.
+pub async fn key_reused_with_another_request_is_refused<F: LedgerFixture>(fixture: &F) {
+    let store = fixture.fresh_store().await;
+    let ledger = store.autocommit();
+    let id = identity("tenant-a", CREATE, "reused");
+    ledger
+        .claim(&id, &request("pay 10"), lease(LONG))
+        .await
+        .expect("claim");
+    let in_progress = ledger.find(&id).await.expect("find");
+    assert_eq!(
+        ledger.claim(&id, &request("pay 99"), lease(LONG)).await,
+        Err(LedgerError::KeyReusedWithDifferentRequest)
+    );
+    assert_eq!(
+        ledger.find(&id).await.expect("find"),
+        in_progress,
+        "row untouched"
+    );
+    ledger
+        .mark_committed(&id, FIRST, &outcome("p"))
+        .await
+        .expect("commit");
+    let committed = ledger.find(&id).await.expect("find");
+    assert_eq!(
+        ledger.claim(&id, &request("pay 99"), lease(LONG)).await,
+        Err(LedgerError::KeyReusedWithDifferentRequest)
+    );
+    assert_eq!(
+        ledger.find(&id).await.expect("find"),
+        committed,
+        "row untouched"
+    );
+}
+
+/// Both transitions answer a missing claim with `NotClaimed` and write nothing (review 17.3).
+pub async fn transitions_without_claim_are_not_claimed<F: LedgerFixture>(fixture: &F) {
+    let store = fixture.fresh_store().await;
+    let ledger = store.autocommit();
+    let id = identity("tenant-a", CREATE, "never-claimed");
+    assert_eq!(
+        ledger.mark_committed(&id, FIRST, &outcome("p")).await,
+        Err(LedgerError::NotClaimed)
+    );
+    assert_eq!(
+        ledger.mark_failed(&id, FIRST, &failure("f")).await,
+        Err(LedgerError::NotClaimed)
+    );
+    assert_eq!(ledger.find(&id).await.expect("find"), None);
+    assert_eq!(store.ledger_rows().await, 0);
+}
+
+/// A second transition is `AlreadyCompleted` and the stored outcome stays.
+pub async fn transitions_twice_are_already_completed<F: LedgerFixture>(fixture: &F) {
+    let store = fixture.fresh_store().await;
+    let ledger = store.autocommit();
+    let id = identity("tenant-a", CREATE, "twice");
+    ledger
+        .claim(&id, &request("x"), lease(LONG))
+        .await
+        .expect("claim");
+    ledger
+        .mark_committed(&id, FIRST, &outcome("first"))
+        .await
+        .expect("commit");
+    let done = Err(LedgerError::AlreadyCompleted {
+        state: OperationState::Committed,
+    });
+    assert_eq!(
+        ledger.mark_committed(&id, FIRST, &outcome("second")).await,
+        done
+    );
+    assert_eq!(ledger.mark_failed(&id, FIRST, &failure("late")).await, done);
+    let record = ledger.find(&id).await.expect("find").expect("row");
+    assert_eq!(record.outcome_reference(), Some(&outcome("first")));
+    assert_eq!(record.version, FIRST.next());
+}
+
+/// A transition naming a version that is not current is `LostOwnership` (review 17.2).
+pub async fn transitions_with_stale_version_lose_ownership<F: LedgerFixture>(fixture: &F) {
+    let store = fixture.fresh_store().await;
+    let ledger = store.autocommit();
+    let id = identity("tenant-a", CREATE, "stale");
+    ledger
+        .claim(&id, &request("x"), lease(LONG))
+        .await
+        .expect("claim");
+    let wrong = FIRST.next();
+    let lost = Err(LedgerError::LostOwnership {
+        expected: wrong,
+        current: FIRST,
+    });
+    assert_eq!(ledger.mark_committed(&id, wrong, &outcome("p")).await, lost);
+    assert_eq!(ledger.mark_failed(&id, wrong, &failure("f")).await, lost);
+    let record = ledger.find(&id).await.expect("find").expect("row");
+    assert_eq!(record.state(), OperationState::InProgress);
+}
+
+/// An expired lease is taken over with a new version; the old owner is fenced off.
+pub async fn expired_lease_is_taken_over_and_old_owner_fenced<F: LedgerFixture>(fixture: &F) {
+    let store = fixture.fresh_store().await;
+    let ledger = store.autocommit();
+    let id = identity("tenant-a", CREATE, "lease");
+    ledger
+        .claim(&id, &request("x"), lease(150))
+        .await
+        .expect("claim");
+    let live = ledger
+        .claim(&id, &request("x"), lease(150))
+        .await
+        .expect("claim again");
+    assert!(
+        matches!(live, ClaimOutcome::InProgress { retry_after, .. } if retry_after <= Duration::from_millis(150)),
+        "a live lease answers InProgress, got {live:?}"
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        ledger.claim(&id, &request("x"), lease(LONG)).await,
+        Ok(ClaimOutcome::Claimed {
+            version: FIRST.next(),
+            took_over: true
+        })
+    );
+    assert_eq!(
+        ledger.mark_committed(&id, FIRST, &outcome("old")).await,
+        Err(LedgerError::LostOwnership {
+            expected: FIRST,
+            current: FIRST.next()
+        })
+    );
+    ledger
+        .mark_committed(&id, FIRST.next(), &outcome("new"))
+        .await
+        .expect("new owner commits");
+    let record = ledger.find(&id).await.expect("find").expect("row");
+    assert_eq!(record.outcome_reference(), Some(&outcome("new")));
+}
+
+/// A unit of work that claims, writes and rolls back leaves neither; committed, both stay.
+pub async fn co_commit_rolls_back_and_commits_together<F: LedgerFixture>(fixture: &F) {
+    let store = fixture.fresh_store().await;
+    let id = identity("tenant-a", CREATE, "co-commit");
+    let unit = store.begin().await.expect("begin");
+    {
+        let ledger = unit.ledger();
+        assert_eq!(
+            ledger.claim(&id, &request("x"), lease(LONG)).await,
+            Ok(claimed_first())
+        );
+        unit.business_write("co-commit")
+            .await
+            .expect("business write");
+        ledger
+            .mark_committed(&id, FIRST, &outcome("co-commit"))
+            .await
+            .expect("commit");
+    }
+    unit.rollback().await.expect("rollback");
+    assert_eq!(
+        store.autocommit().find(&id).await.expect("find"),
+        None,
+        "claim rolled back"
+    );
+    assert_eq!(
+        store.business_rows("co-commit").await,
+        0,
+        "write rolled back"
+    );
+
+    let unit = store.begin().await.expect("begin");
+    {
+        let ledger = unit.ledger();
+        assert_eq!(
+            ledger.claim(&id, &request("x"), lease(LONG)).await,
+            Ok(claimed_first())
+        );
+        unit.business_write("co-commit")
+            .await
+            .expect("business write");
+        ledger
+            .mark_committed(&id, FIRST, &outcome("co-commit"))
+            .await
+            .expect("commit");
+    }
+    unit.commit().await.expect("commit");
+    let record = store
+        .autocommit()
+        .find(&id)
+        .await
+        .expect("find")
+        .expect("row");
+    assert_eq!(record.state(), OperationState::Committed);
+    assert_eq!(store.business_rows("co-commit").await, 1);
+}
+
+/// 32 units on separate connections claim one identity at once, over many identities: exactly
+/// one owns it; the others replay, are told it is in progress, or time out as in flight.
+pub async fn concurrent_claims_have_exactly_one_owner<F: LedgerFixture>(fixture: &F) {
+    let capabilities = fixture.capabilities();
+    let store = Arc::new(fixture.fresh_store().await);
+    for n in 0..capabilities.concurrent_claim_identities {
+        let key = format!("burst-{n}");
+        let id = identity("tenant-a", CREATE, &key);
+        let tasks: Vec<_> = (0..32)
+            .map(|_| {
+                let (store, id, key) = (Arc::clone(&store), id.clone(), key.clone());
+                tokio::spawn(async move {
+                    let unit = store.begin().await?;
+                    let answer = unit.ledger().claim(&id, &request("x"), lease(LONG)).await;
+                    if let Ok(ClaimOutcome::Claimed { version, .. }) = &answer {
+                        unit.business_write(&key).await?;
+                        unit.ledger()
+                            .mark_committed(&id, *version, &outcome(&key))
+                            .await?;
+                        unit.commit().await?;
+                    } else {
+                        unit.rollback().await?;
+                    }
+                    Ok::<_, LedgerError>(answer)
+                })
+            })
+            .collect();
+        let mut owners = 0;
+        for task in tasks {
+            match task.await.expect("task") {
+                Ok(Ok(ClaimOutcome::Claimed { .. })) => owners += 1,
+                Ok(Ok(ClaimOutcome::Completed(record))) => {
+                    assert_eq!(record.outcome_reference(), Some(&outcome(&key)))
+                }
+                Ok(Ok(ClaimOutcome::InProgress { .. })) | Ok(Err(LedgerError::InFlight { .. })) => {
+                }
+                Ok(Err(LedgerError::Unavailable { .. })) | Err(LedgerError::Unavailable { .. })
+                    if !capabilities.concurrent_writers => {}
+                other => panic!("unexpected answer to a concurrent claim: {other:?}"),
+            }
+        }
+        assert_eq!(owners, 1, "identity {key} had {owners} owners");
+        assert_eq!(
+            store.business_rows(&key).await,
+            1,
+            "identity {key} ran once"
+        );
+    }
+}
+
+/// 32 units race to complete one claim: exactly one wins (review 17.2).
+pub async fn concurrent_transitions_have_exactly_one_winner<F: LedgerFixture>(fixture: &F) {
+    let capabilities = fixture.capabilities();
+    let store = Arc::new(fixture.fresh_store().await);
+    let id = identity("tenant-a", CREATE, "race");
+    store
+        .autocommit()
+        .claim(&id, &request("x"), lease(LONG))
+        .await
+        .expect("claim");
+    let tasks: Vec<_> = (0..32)
+        .map(|i| {
+            let (store, id) = (Arc::clone(&store), id.clone());
+            tokio::spawn(async move {
+                let unit = store.begin().await?;
+                let result = if i % 2 == 0 {
+                    unit.ledger()
+                        .mark_committed(&id, FIRST, &outcome(&format!("w{i}")))
+                        .await
+                } else {
+                    unit.ledger()
+                        .mark_failed(&id, FIRST, &failure(&format!("w{i}")))
+                        .await
+                };
+                match result {
+                    Ok(_) => unit.commit().await.map(|()| Ok(i)),
+                    Err(e) => unit.rollback().await.map(|()| Err(e)),
+                }
+            })
+        })
+        .collect();
+    let mut winners = Vec::new();
+    for task in tasks {
+        match task.await.expect("task") {
+            Ok(Ok(i)) => winners.push(i),
+            Ok(Err(LedgerError::AlreadyCompleted { .. })) => {}
+            Ok(Err(LedgerError::Unavailable { .. })) | Err(LedgerError::Unavailable { .. })
+                if !capabilities.concurrent_writers => {}
+            other => panic!("unexpected answer to a racing transition: {other:?}"),
+        }
+    }
+    assert_eq!(winners.len(), 1, "winners: {winners:?}");
+    let record = store
+        .autocommit()
+        .find(&id)
+        .await
+        .expect("find")
+        .expect("row");
+    assert_eq!(record.version, FIRST.next());
+}
+
+/// A duplicate behind another unit's uncommitted claim answers `InFlight` within the bound;
+/// after the first unit commits, a duplicate replays.
+pub async fn duplicate_behind_uncommitted_claim_is_in_flight<F: LedgerFixture>(fixture: &F) {
+    let bound = fixture.capabilities().claim_wait;
+    let store = fixture.fresh_store().await;
+    let id = identity("tenant-a", CREATE, "blocked");
+    let holder = store.begin().await.expect("begin");
+    assert_eq!(
+        holder.ledger().claim(&id, &request("x"), lease(LONG)).await,
+        Ok(claimed_first())
+    );
+    let started = Instant::now();
+    let waiter = store.begin().await;
+    let answer = match waiter {
+        Ok(unit) => {
+            let answer = unit.ledger().claim(&id, &request("x"), lease(LONG)).await;
+            let _ = unit.rollback().await;
+            answer
+        }
+        Err(error) => Err(error),
+    };
+    let waited = started.elapsed();
+    assert!(
+        matches!(answer, Err(LedgerError::InFlight { .. })),
+        "a blocked duplicate must answer InFlight, got {answer:?}"
+    );
+    assert!(
+        waited >= bound.mul_f64(0.5),
+        "answered after {waited:?}, before the bound {bound:?}"
+    );
+    assert!(
+        waited < bound + Duration::from_secs(3),
+        "waited {waited:?} past the bound {bound:?}"
+    );
+
+    holder
+        .ledger()
+        .mark_committed(&id, FIRST, &outcome("first"))
+        .await
+        .expect("commit");
+    holder.commit().await.expect("commit");
+    let replay = store
+        .autocommit()
+        .claim(&id, &request("x"), lease(LONG))
+        .await
+        .expect("claim");
+    assert!(
+        matches!(replay, ClaimOutcome::Completed(_)),
+        "after commit a duplicate replays"
+    );
+}
+
+/// A unit's connection killed mid-way: nothing half-written, `Unavailable`, and a retry on a new
+/// connection succeeds. Runs only on stores with the `kill_connection` capability.
+pub async fn killed_connection_is_unavailable_and_retry_succeeds<F: LedgerFixture>(fixture: &F) {
+    if !fixture.capabilities().kill_connection {
+        return;
+    }
+    let store = fixture.fresh_store().await;
+    let id = identity("tenant-a", CREATE, "killed");
+    let unit = store.begin().await.expect("begin");
+    assert_eq!(
+        unit.ledger().claim(&id, &request("x"), lease(LONG)).await,
+        Ok(claimed_first())
+    );
+    unit.business_write("killed").await.expect("business write");
+    unit.kill_connection().await;
+    let answer = unit
+        .ledger()
+        .mark_committed(&id, FIRST, &outcome("p"))
+        .await;
+    assert!(
+        matches!(answer, Err(LedgerError::Unavailable { .. })),
+        "a killed connection must answer Unavailable, got {answer:?}"
+    );
+    let _ = unit.rollback().await;
+    assert_eq!(
+        store.autocommit().find(&id).await.expect("find"),
+        None,
+        "nothing half-written"
+    );
+    assert_eq!(store.business_rows("killed").await, 0);
+
+    let retry = store.begin().await.expect("begin");
+    assert_eq!(
+        retry.ledger().claim(&id, &request("x"), lease(LONG)).await,
+        Ok(claimed_first())
+    );
+    retry
+        .business_write("killed")
+        .await
+        .expect("business write");
+    retry
+        .ledger()
+        .mark_committed(&id, FIRST, &outcome("p"))
+        .await
+        .expect("commit");
+    retry.commit().await.expect("commit");
+    assert_eq!(store.business_rows("killed").await, 1);
+}
+
+/// `purge` deletes only finished rows completed before the cutoff, at most `limit`.
+pub async fn purge_deletes_only_old_finished_rows<F: LedgerFixture>(fixture: &F) {
+    let store = fixture.fresh_store().await;
+    let ledger = store.autocommit();
+    for n in 0..5 {
+        let id = identity("tenant-a", CREATE, &format!("old-{n}"));
+        ledger
+            .claim(&id, &request("x"), lease(LONG))
+            .await
+            .expect("claim");
+        if n % 2 == 0 {
+            ledger
+                .mark_committed(&id, FIRST, &outcome("p"))
+                .await
+                .expect("commit");
+        } else {
+            ledger
+                .mark_failed(&id, FIRST, &failure("f"))
+                .await
+                .expect("fail");
+        }
+    }
+    let open = identity("tenant-a", CREATE, "open");
+    ledger
+        .claim(&open, &request("x"), lease(1))
+        .await
+        .expect("claim");
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    let cutoff = SystemTime::now();
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    let young = identity("tenant-a", CREATE, "young");
+    ledger
+        .claim(&young, &request("x"), lease(LONG))
+        .await
+        .expect("claim");
+    ledger
+        .mark_committed(&young, FIRST, &outcome("p"))
+        .await
+        .expect("commit");
+
+    let limit = |n| NonZeroU32::new(n).expect("non-zero");
+    assert_eq!(ledger.purge(cutoff, limit(3)).await, Ok(3));
+    assert_eq!(ledger.purge(cutoff, limit(100)).await, Ok(2));
+    assert_eq!(ledger.purge(cutoff, limit(100)).await, Ok(0));
+    assert!(
+        ledger.find(&open).await.expect("find").is_some(),
+        "IN_PROGRESS is never purged"
+    );
+    assert!(
+        ledger.find(&young).await.expect("find").is_some(),
+        "rows after the cutoff stay"
+    );
+    assert_eq!(store.ledger_rows().await, 2);
+}
+
+/// Bad input is refused by the checked constructors before any call, so nothing is written.
+pub async fn bad_input_never_writes_a_row<F: LedgerFixture>(fixture: &F) {
+    let store = fixture.fresh_store().await;
+    let ledger = store.autocommit();
+    let bad_keys = ["", " ", "k\n", "caf\u{e9}", &"k".repeat(256)];
+    let bad_methods = [
+        "Svc/M",
+        "/Svc",
+        "//M",
+        "/a.B/",
+        "/a B/M",
+        "/a.B/M;DROP TABLE x",
+    ];
+    let bad_callers = ["", "a|b", "tenant a"];
+    for key in bad_keys {
+        assert!(
+            IdempotencyKey::parse(key).is_err(),
+            "key {key:?} must be refused"
+        );
+    }
+    for method in bad_methods {
+        assert!(
+            GrpcMethod::parse(method).is_err(),
+            "method {method:?} must be refused"
+        );
+    }
+    for caller in bad_callers {
+        assert!(
+            CallerFingerprint::parse(caller).is_err(),
+            "caller {caller:?} must be refused"
+        );
+    }
+    assert!(OutcomeReference::parse("").is_err());
+    // Hostile but valid text is stored verbatim through bound parameters, never executed.
+    let hostile = identity("x';DROP_TABLE--", CREATE, "k';DELETE/**/FROM/**/t;--");
+    ledger
+        .claim(&hostile, &request("x"), lease(LONG))
+        .await
+        .expect("claim");
+    let evil = outcome("'); DROP TABLE grpc_operation_ledger; --");
+    ledger
+        .mark_committed(&hostile, FIRST, &evil)
+        .await
+        .expect("commit");
+    let record = ledger.find(&hostile).await.expect("find").expect("row");
+    assert_eq!(record.outcome_reference(), Some(&evil));
+    assert_eq!(
+        store.ledger_rows().await,
+        1,
+        "only the one valid claim was written"
+    );
+}
+
+macro_rules! suite {
+    ($($case:ident),* $(,)?) => {
+        /// The names of every case, in the order `run_all` runs them.
+        pub const CASES: &[&str] = &[$(stringify!($case)),*];
+
+        /// Runs every case on its own task and returns the failures: the case's name and its
+        /// panic message (or a timeout). Empty means the store passed the contract.
+        pub async fn run_report<F: LedgerFixture + 'static>(fixture: Arc<F>) -> Vec<(&'static str, String)> {
+            let mut failures = Vec::new();
+            $(
+                let f = Arc::clone(&fixture);
+                let task = tokio::spawn(async move { $case(&*f).await });
+                match tokio::time::timeout(CASE_TIMEOUT, task).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(error)) => failures.push((stringify!($case), panic_message(error))),
+                    Err(_) => failures.push((stringify!($case), "timed out".to_owned())),
+                }
+            )*
+            failures
+        }
+
+        /// Generates one named `#[tokio::test]` per case, each on a fixture from `$fixture`
+        /// (an async expression evaluated per test).
+        #[macro_export]
+        macro_rules! ledger_contract_tests {
+            ($fixture:expr) => {
+                $(
+                    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                    async fn $case() {
+                        let fixture = $fixture;
+                        $crate::cases::$case(&fixture).await;
+                    }
+                )*
+            };
+        }
+    };
+}
+
+const CASE_TIMEOUT: Duration = Duration::from_secs(120);
+
+fn panic_message(error: tokio::task::JoinError) -> String {
+    match error.try_into_panic() {
+        Ok(payload) => payload
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| payload.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+            .unwrap_or_else(|| "panicked".to_owned()),
+        Err(error) => error.to_string(),
+    }
+}
+
+/// Runs the whole suite and panics listing every case that failed.
+pub async fn run_all<F: LedgerFixture + 'static>(fixture: Arc<F>) {
+    let failures = run_report(fixture).await;
+    assert!(
+        failures.is_empty(),
+        "the store broke the ledger contract in {} case(s):\n{}",
+        failures.len(),
+        failures
+            .iter()
+            .map(|(case, why)| format!("- {case}: {why}"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+}
+
+suite!(
+    claim_new_identity,
+    claim_after_commit_replays,
+    claim_after_failure_replays_the_failure,
+    other_caller_or_method_is_independent,
+    key_reused_with_another_request_is_refused,
+    transitions_without_claim_are_not_claimed,
+    transitions_twice_are_already_completed,
+    transitions_with_stale_version_lose_ownership,
+    expired_lease_is_taken_over_and_old_owner_fenced,
+    co_commit_rolls_back_and_commits_together,
+    concurrent_claims_have_exactly_one_owner,
+    concurrent_transitions_have_exactly_one_winner,
+    duplicate_behind_uncommitted_claim_is_in_flight,
+    killed_connection_is_unavailable_and_retry_succeeds,
+    purge_deletes_only_old_finished_rows,
+    bad_input_never_writes_a_row,
+);

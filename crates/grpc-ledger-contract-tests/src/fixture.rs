@@ -1,0 +1,64 @@
+//! What an adapter's test provides to the suite.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use grpc_core_api::{GrpcOperationLedger, LedgerError};
+
+/// How a store differs from others, as far as the contract's cases can tell.
+#[derive(Debug, Clone, Copy)]
+pub struct Capabilities {
+    /// The bound a claim waits behind another unit's uncommitted claim before `InFlight`.
+    pub claim_wait: Duration,
+    /// Writers run concurrently on separate connections. When false (SQLite has one writer), a
+    /// unit that waited past the bound for the write lock may be refused with `Unavailable` or
+    /// `InFlight`, which concurrency cases then accept as "not a winner".
+    pub concurrent_writers: bool,
+    /// The fixture can kill a unit of work's connection in the middle of the unit.
+    pub kill_connection: bool,
+    /// How many identities the concurrent-claims case races 32 claims on.
+    pub concurrent_claim_identities: usize,
+}
+
+/// Hands out a fresh, empty store for each case.
+#[async_trait]
+pub trait LedgerFixture: Send + Sync {
+    /// The store type.
+    type Store: LedgerStore + 'static;
+    /// What the store can do.
+    fn capabilities(&self) -> Capabilities;
+    /// A fresh store with the ledger's schema and a business table, and nothing in them.
+    async fn fresh_store(&self) -> Self::Store;
+}
+
+/// One fresh store.
+#[async_trait]
+pub trait LedgerStore: Send + Sync {
+    /// A unit of work on this store.
+    type Unit: UnitOfWork + 'static;
+    /// Begins a unit of work on a connection of its own.
+    async fn begin(&self) -> Result<Self::Unit, LedgerError>;
+    /// A ledger whose every call commits on its own (the claim-first mode), also used to
+    /// inspect committed state.
+    fn autocommit(&self) -> Box<dyn GrpcOperationLedger + '_>;
+    /// How many committed business rows carry `key`.
+    async fn business_rows(&self, key: &str) -> u64;
+    /// How many committed ledger rows exist.
+    async fn ledger_rows(&self) -> u64;
+}
+
+/// A unit of work: the caller's transaction, with the ledger bound to it.
+#[async_trait]
+pub trait UnitOfWork: Send + Sync + Sized {
+    /// The ledger running inside this unit.
+    fn ledger(&self) -> Box<dyn GrpcOperationLedger + '_>;
+    /// The business write (one row carrying `key`) inside this unit.
+    async fn business_write(&self, key: &str) -> Result<(), LedgerError>;
+    /// Commits the unit.
+    async fn commit(self) -> Result<(), LedgerError>;
+    /// Rolls the unit back.
+    async fn rollback(self) -> Result<(), LedgerError>;
+    /// Kills the unit's connection from outside (only called when the store has the
+    /// `kill_connection` capability).
+    async fn kill_connection(&self);
+}

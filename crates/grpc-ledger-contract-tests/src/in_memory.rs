@@ -1,0 +1,582 @@
+//! `InMemoryOperationLedger`: the double that passes the contract suite honestly.
+//!
+//! It models what the contract relies on in a real database: an atomic insert-if-absent, versioned
+//! conditional transitions, units of work whose writes stay invisible to others until commit and
+//! vanish on rollback, and row locks, so that a duplicate claim behind another unit's uncommitted
+//! claim waits at most the configured bound and then answers `InFlight`. Its durability is
+//! `Volatile`: the retry policy will not let keyed mutations retry on it.
+
+use std::collections::HashMap;
+use std::num::NonZeroU32;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, SystemTime};
+
+use async_trait::async_trait;
+use grpc_core_api::{
+    ClaimOutcome, Completion, GrpcOperationIdentity, GrpcOperationLedger, LeaseDuration,
+    LedgerDurability, LedgerError, OperationRecord, OutcomeReference, RecordedFailure,
+    RequestFingerprint, UnavailableKind, Version,
+};
+use tokio::sync::Notify;
+
+use crate::{Capabilities, LedgerFixture, LedgerStore, UnitOfWork};
+
+/// A deliberately broken behaviour, for the suite's own tests that prove it catches each one.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Defect {
+    /// Claim overwrites an existing row, like an ORM save of an entity with a caller-assigned id.
+    UpsertClaim,
+    /// Claim reads, then inserts if nothing was there, with a window in between.
+    ReadThenInsertClaim,
+    /// Transitions ignore the version.
+    UnversionedTransition,
+}
+
+#[derive(Default)]
+struct Committed {
+    rows: HashMap<String, OperationRecord>,
+    business: Vec<String>,
+    /// Row locks: storage key -> the unit holding it until it commits or rolls back.
+    locks: HashMap<String, u64>,
+}
+
+struct Shared {
+    committed: Mutex<Committed>,
+    released: Notify,
+    claim_wait: Duration,
+    next_unit: AtomicU64,
+    defect: Option<Defect>,
+}
+
+impl Shared {
+    fn committed(&self) -> MutexGuard<'_, Committed> {
+        // A panic while holding the lock leaves consistent data (every update is one insert or
+        // one assignment), so a poisoned lock is still usable.
+        self.committed
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+#[derive(Default)]
+struct Pending {
+    rows: HashMap<String, OperationRecord>,
+    business: Vec<String>,
+}
+
+struct UnitState {
+    id: u64,
+    pending: Mutex<Pending>,
+    finished: AtomicBool,
+}
+
+impl UnitState {
+    fn pending(&self) -> MutexGuard<'_, Pending> {
+        self.pending
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+/// A store of committed rows shared by every unit of work begun on it.
+#[derive(Clone)]
+pub struct InMemoryStore {
+    shared: Arc<Shared>,
+}
+
+impl InMemoryStore {
+    /// An empty store whose duplicate claims wait at most `claim_wait`.
+    pub fn new(claim_wait: Duration) -> Self {
+        Self::build(claim_wait, None)
+    }
+
+    #[doc(hidden)]
+    pub fn with_defect(claim_wait: Duration, defect: Defect) -> Self {
+        Self::build(claim_wait, Some(defect))
+    }
+
+    fn build(claim_wait: Duration, defect: Option<Defect>) -> Self {
+        Self {
+            shared: Arc::new(Shared {
+                committed: Mutex::default(),
+                released: Notify::new(),
+                claim_wait,
+                next_unit: AtomicU64::new(1),
+                defect,
+            }),
+        }
+    }
+
+    /// Begins a unit of work.
+    pub fn begin_unit(&self) -> InMemoryUnit {
+        InMemoryUnit {
+            shared: Arc::clone(&self.shared),
+            state: Arc::new(UnitState {
+                id: self.shared.next_unit.fetch_add(1, Ordering::Relaxed),
+                pending: Mutex::default(),
+                finished: AtomicBool::new(false),
+            }),
+        }
+    }
+
+    /// A ledger whose every call is a unit of work of its own that commits at once.
+    pub fn ledger(&self) -> InMemoryOperationLedger {
+        InMemoryOperationLedger {
+            shared: Arc::clone(&self.shared),
+            unit: None,
+        }
+    }
+}
+
+/// A unit of work on an [`InMemoryStore`]. Dropping it without commit rolls it back.
+pub struct InMemoryUnit {
+    shared: Arc<Shared>,
+    state: Arc<UnitState>,
+}
+
+impl InMemoryUnit {
+    /// The ledger bound to this unit.
+    pub fn ledger(&self) -> InMemoryOperationLedger {
+        InMemoryOperationLedger {
+            shared: Arc::clone(&self.shared),
+            unit: Some(Arc::clone(&self.state)),
+        }
+    }
+
+    /// Records a business row inside the unit.
+    pub fn write_business(&self, key: &str) {
+        self.state.pending().business.push(key.to_owned());
+    }
+
+    /// Makes the unit's writes visible and releases its locks.
+    pub fn commit_unit(self) {
+        let pending = std::mem::take(&mut *self.state.pending());
+        {
+            let mut committed = self.shared.committed();
+            committed.rows.extend(pending.rows);
+            committed.business.extend(pending.business);
+        }
+        self.finish();
+    }
+
+    /// Discards the unit's writes and releases its locks.
+    pub fn rollback_unit(self) {
+        self.finish();
+    }
+
+    fn finish(&self) {
+        if self.state.finished.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        *self.state.pending() = Pending::default();
+        let id = self.state.id;
+        self.shared
+            .committed()
+            .locks
+            .retain(|_, holder| *holder != id);
+        self.shared.released.notify_waiters();
+    }
+}
+
+impl Drop for InMemoryUnit {
+    fn drop(&mut self) {
+        self.finish();
+    }
+}
+
+/// The ledger port on an [`InMemoryStore`], bound to a unit of work or committing each call.
+pub struct InMemoryOperationLedger {
+    shared: Arc<Shared>,
+    unit: Option<Arc<UnitState>>,
+}
+
+impl InMemoryOperationLedger {
+    /// A ledger on a fresh store of its own, each call committing at once; for unit tests.
+    pub fn new() -> Self {
+        InMemoryStore::new(Duration::from_secs(1)).ledger()
+    }
+}
+
+impl Default for InMemoryOperationLedger {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// The outcome of waiting for a row lock.
+enum Lock {
+    Held,
+    TimedOut,
+}
+
+impl InMemoryOperationLedger {
+    /// Runs `op` inside this ledger's unit, or inside a unit of its own that commits at once.
+    async fn in_unit<T, F>(&self, op: F) -> Result<T, LedgerError>
+    where
+        F: AsyncFnOnce(&UnitState) -> Result<T, LedgerError>,
+    {
+        match &self.unit {
+            Some(unit) => op(unit).await,
+            None => {
+                let unit = InMemoryStore {
+                    shared: Arc::clone(&self.shared),
+                }
+                .begin_unit();
+                let result = op(&unit.state).await;
+                unit.commit_unit();
+                result
+            }
+        }
+    }
+
+    /// The row as `unit` sees it: its own uncommitted write, or the committed row.
+    fn visible(&self, unit: &UnitState, key: &str) -> Option<OperationRecord> {
+        if let Some(own) = unit.pending().rows.get(key) {
+            return Some(own.clone());
+        }
+        self.shared.committed().rows.get(key).cloned()
+    }
+
+    /// Whether another unit has inserted `key` and not committed it yet.
+    fn uncommitted_elsewhere(&self, unit: &UnitState, key: &str) -> bool {
+        let committed = self.shared.committed();
+        !committed.rows.contains_key(key)
+            && committed
+                .locks
+                .get(key)
+                .is_some_and(|holder| *holder != unit.id)
+    }
+
+    /// Takes the row lock on `key` for `unit`, waiting at most the claim wait.
+    async fn lock(&self, unit: &UnitState, key: &str) -> Lock {
+        let deadline = tokio::time::Instant::now() + self.shared.claim_wait;
+        loop {
+            let released = self.shared.released.notified();
+            tokio::pin!(released);
+            released.as_mut().enable();
+            {
+                let mut committed = self.shared.committed();
+                let holder = *committed.locks.entry(key.to_owned()).or_insert(unit.id);
+                if holder == unit.id {
+                    return Lock::Held;
+                }
+            }
+            if tokio::time::timeout_at(deadline, released).await.is_err() {
+                return Lock::TimedOut;
+            }
+        }
+    }
+
+    async fn claim_in(
+        &self,
+        unit: &UnitState,
+        identity: &GrpcOperationIdentity,
+        request: &RequestFingerprint,
+        lease: LeaseDuration,
+    ) -> Result<ClaimOutcome, LedgerError> {
+        let key = identity.storage_key();
+        let in_flight = || LedgerError::InFlight {
+            retry_after: self.shared.claim_wait,
+        };
+        let fresh_row = |version: Version| {
+            let now = SystemTime::now();
+            OperationRecord {
+                identity: identity.clone(),
+                request_fingerprint: *request,
+                version,
+                claimed_at: now,
+                lease_expires_at: now + lease.get(),
+                finished: None,
+            }
+        };
+        match self.shared.defect {
+            Some(Defect::UpsertClaim) => {
+                unit.pending().rows.insert(key, fresh_row(Version::FIRST));
+                return Ok(ClaimOutcome::Claimed {
+                    version: Version::FIRST,
+                    took_over: false,
+                });
+            }
+            Some(Defect::ReadThenInsertClaim) if self.visible(unit, &key).is_none() => {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+                unit.pending().rows.insert(key, fresh_row(Version::FIRST));
+                return Ok(ClaimOutcome::Claimed {
+                    version: Version::FIRST,
+                    took_over: false,
+                });
+            }
+            _ => {}
+        }
+        // Insert-if-absent: a row another unit inserted and has not committed blocks us, as a
+        // unique index does, until that unit ends or the bound runs out.
+        if self.uncommitted_elsewhere(unit, &key)
+            && let Lock::TimedOut = self.lock(unit, &key).await
+        {
+            return Err(in_flight());
+        }
+        let existing = match self.visible(unit, &key) {
+            Some(row) => row,
+            None => {
+                if let Lock::TimedOut = self.lock(unit, &key).await {
+                    return Err(in_flight());
+                }
+                // Look again under the lock: a unit may have committed this key in between,
+                // and inserting now would overwrite its row.
+                match self.visible(unit, &key) {
+                    Some(row) => row,
+                    None => {
+                        unit.pending().rows.insert(key, fresh_row(Version::FIRST));
+                        return Ok(ClaimOutcome::Claimed {
+                            version: Version::FIRST,
+                            took_over: false,
+                        });
+                    }
+                }
+            }
+        };
+        if existing.request_fingerprint != *request {
+            return Err(LedgerError::KeyReusedWithDifferentRequest);
+        }
+        if existing.state().is_terminal() {
+            return Ok(ClaimOutcome::Completed(existing));
+        }
+        let now = SystemTime::now();
+        if let Ok(left) = existing.lease_expires_at.duration_since(now)
+            && !left.is_zero()
+        {
+            return Ok(ClaimOutcome::InProgress {
+                record: existing,
+                retry_after: left,
+            });
+        }
+        // Fenced takeover: lock the row, then update only if it is still the version we read.
+        if let Lock::TimedOut = self.lock(unit, &key).await {
+            return Err(in_flight());
+        }
+        match self.visible(unit, &key) {
+            Some(current)
+                if current.version == existing.version && !current.state().is_terminal() =>
+            {
+                let version = existing.version.next();
+                unit.pending().rows.insert(key, fresh_row(version));
+                Ok(ClaimOutcome::Claimed {
+                    version,
+                    took_over: true,
+                })
+            }
+            Some(current) if current.state().is_terminal() => Ok(ClaimOutcome::Completed(current)),
+            Some(current) => Ok(ClaimOutcome::InProgress {
+                retry_after: current
+                    .lease_expires_at
+                    .duration_since(SystemTime::now())
+                    .unwrap_or_default(),
+                record: current,
+            }),
+            None => Err(LedgerError::internal(
+                "a claimed row vanished during a takeover",
+            )),
+        }
+    }
+
+    async fn transition_in(
+        &self,
+        unit: &UnitState,
+        identity: &GrpcOperationIdentity,
+        version: Version,
+        completion: Completion,
+    ) -> Result<Version, LedgerError> {
+        let key = identity.storage_key();
+        if let Lock::TimedOut = self.lock(unit, &key).await {
+            return Err(LedgerError::unavailable(UnavailableKind::Timeout));
+        }
+        let Some(mut row) = self.visible(unit, &key) else {
+            return Err(LedgerError::NotClaimed);
+        };
+        if row.state().is_terminal() {
+            return Err(LedgerError::AlreadyCompleted { state: row.state() });
+        }
+        let versioned = self.shared.defect != Some(Defect::UnversionedTransition);
+        if versioned && row.version != version {
+            return Err(LedgerError::LostOwnership {
+                expected: version,
+                current: row.version,
+            });
+        }
+        row.version = row.version.next();
+        row.finished = Some((SystemTime::now(), completion));
+        let new_version = row.version;
+        unit.pending().rows.insert(key, row);
+        Ok(new_version)
+    }
+}
+
+#[async_trait]
+impl GrpcOperationLedger for InMemoryOperationLedger {
+    async fn claim(
+        &self,
+        identity: &GrpcOperationIdentity,
+        request: &RequestFingerprint,
+        lease: LeaseDuration,
+    ) -> Result<ClaimOutcome, LedgerError> {
+        self.in_unit(async |unit| self.claim_in(unit, identity, request, lease).await)
+            .await
+    }
+
+    async fn mark_committed(
+        &self,
+        identity: &GrpcOperationIdentity,
+        version: Version,
+        outcome: &OutcomeReference,
+    ) -> Result<Version, LedgerError> {
+        let completion = Completion::Committed(outcome.clone());
+        self.in_unit(async |unit| {
+            self.transition_in(unit, identity, version, completion)
+                .await
+        })
+        .await
+    }
+
+    async fn mark_failed(
+        &self,
+        identity: &GrpcOperationIdentity,
+        version: Version,
+        failure: &RecordedFailure,
+    ) -> Result<Version, LedgerError> {
+        let completion = Completion::Failed(failure.clone());
+        self.in_unit(async |unit| {
+            self.transition_in(unit, identity, version, completion)
+                .await
+        })
+        .await
+    }
+
+    async fn find(
+        &self,
+        identity: &GrpcOperationIdentity,
+    ) -> Result<Option<OperationRecord>, LedgerError> {
+        let key = identity.storage_key();
+        self.in_unit(async |unit| Ok(self.visible(unit, &key)))
+            .await
+    }
+
+    /// Deletes committed rows directly: purge in the double is not part of a unit of work.
+    async fn purge(
+        &self,
+        completed_before: SystemTime,
+        limit: NonZeroU32,
+    ) -> Result<u64, LedgerError> {
+        let mut committed = self.shared.committed();
+        let doomed: Vec<String> = committed
+            .rows
+            .iter()
+            .filter(|(key, row)| {
+                row.completed_at().is_some_and(|at| at < completed_before)
+                    && !committed.locks.contains_key(*key)
+            })
+            .map(|(key, _)| key.clone())
+            .take(limit.get() as usize)
+            .collect();
+        for key in &doomed {
+            committed.rows.remove(key);
+        }
+        Ok(doomed.len() as u64)
+    }
+
+    fn durability(&self) -> LedgerDurability {
+        LedgerDurability::Volatile
+    }
+}
+
+/// The suite's fixture for the double.
+pub struct InMemoryFixture {
+    claim_wait: Duration,
+    defect: Option<Defect>,
+}
+
+impl InMemoryFixture {
+    /// Fresh stores whose duplicate claims wait at most `claim_wait`.
+    pub fn new(claim_wait: Duration) -> Self {
+        Self {
+            claim_wait,
+            defect: None,
+        }
+    }
+
+    #[doc(hidden)]
+    pub fn with_defect(claim_wait: Duration, defect: Defect) -> Self {
+        Self {
+            claim_wait,
+            defect: Some(defect),
+        }
+    }
+}
+
+#[async_trait]
+impl LedgerFixture for InMemoryFixture {
+    type Store = InMemoryStore;
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            claim_wait: self.claim_wait,
+            concurrent_writers: true,
+            kill_connection: false,
+            concurrent_claim_identities: 200,
+        }
+    }
+
+    async fn fresh_store(&self) -> InMemoryStore {
+        InMemoryStore::build(self.claim_wait, self.defect)
+    }
+}
+
+#[async_trait]
+impl LedgerStore for InMemoryStore {
+    type Unit = InMemoryUnit;
+
+    async fn begin(&self) -> Result<InMemoryUnit, LedgerError> {
+        Ok(self.begin_unit())
+    }
+
+    fn autocommit(&self) -> Box<dyn GrpcOperationLedger + '_> {
+        Box::new(self.ledger())
+    }
+
+    async fn business_rows(&self, key: &str) -> u64 {
+        self.shared
+            .committed()
+            .business
+            .iter()
+            .filter(|k| *k == key)
+            .count() as u64
+    }
+
+    async fn ledger_rows(&self) -> u64 {
+        self.shared.committed().rows.len() as u64
+    }
+}
+
+#[async_trait]
+impl UnitOfWork for InMemoryUnit {
+    fn ledger(&self) -> Box<dyn GrpcOperationLedger + '_> {
+        Box::new(InMemoryUnit::ledger(self))
+    }
+
+    async fn business_write(&self, key: &str) -> Result<(), LedgerError> {
+        self.write_business(key);
+        Ok(())
+    }
+
+    async fn commit(self) -> Result<(), LedgerError> {
+        self.commit_unit();
+        Ok(())
+    }
+
+    async fn rollback(self) -> Result<(), LedgerError> {
+        self.rollback_unit();
+        Ok(())
+    }
+
+    async fn kill_connection(&self) {}
+}

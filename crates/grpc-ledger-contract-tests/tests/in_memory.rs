@@ -1,0 +1,7 @@
+//! The contract suite on the in-memory double.
+
+use std::time::Duration;
+
+use grpc_ledger_contract_tests::{InMemoryFixture, ledger_contract_tests};
+
+ledger_contract_tests!(InMemoryFixture::new(Duration::from_millis(500)));
