@@ -70,6 +70,9 @@ struct UnitState {
     id: u64,
     pending: Mutex<Pending>,
     finished: AtomicBool,
+    /// Set when the unit's "connection" was killed: its writes are gone and every later call
+    /// fails as a broken connection would.
+    killed: AtomicBool,
 }
 
 impl UnitState {
@@ -117,6 +120,7 @@ impl InMemoryStore {
                 id: self.shared.next_unit.fetch_add(1, Ordering::Relaxed),
                 pending: Mutex::default(),
                 finished: AtomicBool::new(false),
+                killed: AtomicBool::new(false),
             }),
         }
     }
@@ -148,6 +152,20 @@ impl InMemoryUnit {
     /// Records a business row inside the unit.
     pub fn write_business(&self, key: &str) {
         self.state.pending().business.push(key.to_owned());
+    }
+
+    /// Simulates the unit's connection dying: the writes roll back, the locks are released, and
+    /// every later call on the unit answers `Unavailable`.
+    pub fn kill(&self) {
+        self.state.killed.store(true, Ordering::SeqCst);
+        self.finish();
+    }
+
+    fn connection_lost(&self) -> Result<(), LedgerError> {
+        if self.state.killed.load(Ordering::SeqCst) {
+            return Err(LedgerError::unavailable(UnavailableKind::ConnectionLost));
+        }
+        Ok(())
     }
 
     /// Makes the unit's writes visible and releases its locks.
@@ -218,6 +236,9 @@ impl InMemoryOperationLedger {
         F: AsyncFnOnce(&UnitState) -> Result<T, LedgerError>,
     {
         match &self.unit {
+            Some(unit) if unit.killed.load(Ordering::SeqCst) => {
+                Err(LedgerError::unavailable(UnavailableKind::ConnectionLost))
+            }
             Some(unit) => op(unit).await,
             None => {
                 let unit = InMemoryStore {
@@ -521,7 +542,7 @@ impl LedgerFixture for InMemoryFixture {
         Capabilities {
             claim_wait: self.claim_wait,
             concurrent_writers: true,
-            kill_connection: false,
+            kill_connection: true,
             concurrent_claim_identities: 200,
         }
     }
@@ -564,11 +585,13 @@ impl UnitOfWork for InMemoryUnit {
     }
 
     async fn business_write(&self, key: &str) -> Result<(), LedgerError> {
+        self.connection_lost()?;
         self.write_business(key);
         Ok(())
     }
 
     async fn commit(self) -> Result<(), LedgerError> {
+        self.connection_lost()?;
         self.commit_unit();
         Ok(())
     }
@@ -578,5 +601,7 @@ impl UnitOfWork for InMemoryUnit {
         Ok(())
     }
 
-    async fn kill_connection(&self) {}
+    async fn kill_connection(&self) {
+        self.kill();
+    }
 }

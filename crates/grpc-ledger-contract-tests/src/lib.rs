@@ -10,11 +10,16 @@
 //! A third-party adapter runs the whole suite from one test (or, with
 //! `ledger_contract_tests!(MyFixture::new())`, one named test per case):
 //!
-//! ```ignore
-//! #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-//! async fn my_adapter_passes_the_ledger_contract() {
-//!     grpc_ledger_contract_tests::run_all(std::sync::Arc::new(MyFixture::new().await)).await;
-//! }
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() {
+//! use std::{sync::Arc, time::Duration};
+//! use grpc_ledger_contract_tests::{InMemoryFixture, run_all};
+//!
+//! // In your adapter's tests: `#[tokio::test] async fn passes_the_ledger_contract()`, with your
+//! // own fixture in place of the in-memory one.
+//! run_all(Arc::new(InMemoryFixture::new(Duration::from_millis(200)))).await;
+//! # }
 //! ```
 //!
 //! Each case is also a public async function (`cases::claim_after_commit_replays`, ...), so an

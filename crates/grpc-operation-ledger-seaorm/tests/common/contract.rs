@@ -1,0 +1,178 @@
+//! The SeaORM adapter's fixture for the contract suite: a fresh SQLite file or a fresh PostgreSQL
+//! database per case (see [`super::fresh`]), migrated by the real migrator, plus a business table.
+
+use async_trait::async_trait;
+use grpc_core_api::{GrpcOperationLedger, LedgerError, UnavailableKind};
+use grpc_ledger_contract_tests::{Capabilities, LedgerFixture, LedgerStore, UnitOfWork};
+use grpc_operation_ledger_seaorm::SeaOrmOperationLedger;
+use sea_orm::{
+    ConnectionTrait, Database, DatabaseTransaction, DbBackend, Statement, TransactionTrait,
+};
+
+use super::{Store, TestDb, config, fresh};
+
+pub struct SeaOrmFixture {
+    store: Store,
+}
+
+impl SeaOrmFixture {
+    pub fn new(store: Store) -> Self {
+        Self { store }
+    }
+}
+
+#[async_trait]
+impl LedgerFixture for SeaOrmFixture {
+    type Store = SeaOrmStore;
+
+    fn capabilities(&self) -> Capabilities {
+        match self.store {
+            Store::Postgres => Capabilities {
+                claim_wait: config().claim_wait,
+                concurrent_writers: true,
+                kill_connection: true,
+                concurrent_claim_identities: 200,
+            },
+            // One writer at a time, and no way to kill another connection from outside.
+            Store::Sqlite => Capabilities {
+                claim_wait: config().claim_wait,
+                concurrent_writers: false,
+                kill_connection: false,
+                concurrent_claim_identities: 20,
+            },
+        }
+    }
+
+    async fn fresh_store(&self) -> SeaOrmStore {
+        let test_db = fresh(self.store).await;
+        test_db
+            .db
+            .execute_unprepared(
+                "CREATE TABLE contract_business (business_key VARCHAR(255) NOT NULL)",
+            )
+            .await
+            .expect("create the business table");
+        SeaOrmStore { test_db }
+    }
+}
+
+pub struct SeaOrmStore {
+    test_db: TestDb,
+}
+
+fn lost(_: sea_orm::DbErr) -> LedgerError {
+    LedgerError::unavailable(UnavailableKind::ConnectionLost)
+}
+
+fn placeholder(db: &impl ConnectionTrait) -> &'static str {
+    match db.get_database_backend() {
+        DbBackend::Postgres => "$1",
+        _ => "?1",
+    }
+}
+
+async fn count(db: &impl ConnectionTrait, sql: &str, value: Option<&str>) -> u64 {
+    let values = value.map(|v| vec![v.into()]).unwrap_or_default();
+    let row = db
+        .query_one_raw(Statement::from_sql_and_values(
+            db.get_database_backend(),
+            sql,
+            values,
+        ))
+        .await
+        .expect("count query")
+        .expect("one row");
+    row.try_get_by_index::<i64>(0).expect("a count") as u64
+}
+
+#[async_trait]
+impl LedgerStore for SeaOrmStore {
+    type Unit = SeaOrmUnit;
+
+    async fn begin(&self) -> Result<SeaOrmUnit, LedgerError> {
+        let txn = self.test_db.db.begin().await.map_err(lost)?;
+        Ok(SeaOrmUnit {
+            txn,
+            url: self.test_db.url.clone(),
+        })
+    }
+
+    fn autocommit(&self) -> Box<dyn GrpcOperationLedger + '_> {
+        Box::new(SeaOrmOperationLedger::new(&self.test_db.db).with_claim_wait(config().claim_wait))
+    }
+
+    async fn business_rows(&self, key: &str) -> u64 {
+        let db = &self.test_db.db;
+        let sql = format!(
+            "SELECT COUNT(*) FROM contract_business WHERE business_key = {}",
+            placeholder(db)
+        );
+        count(db, &sql, Some(key)).await
+    }
+
+    async fn ledger_rows(&self) -> u64 {
+        count(
+            &self.test_db.db,
+            "SELECT COUNT(*) FROM grpc_operation_ledger",
+            None,
+        )
+        .await
+    }
+}
+
+pub struct SeaOrmUnit {
+    txn: DatabaseTransaction,
+    url: String,
+}
+
+#[async_trait]
+impl UnitOfWork for SeaOrmUnit {
+    fn ledger(&self) -> Box<dyn GrpcOperationLedger + '_> {
+        Box::new(SeaOrmOperationLedger::new(&self.txn).with_claim_wait(config().claim_wait))
+    }
+
+    async fn business_write(&self, key: &str) -> Result<(), LedgerError> {
+        let sql = format!(
+            "INSERT INTO contract_business (business_key) VALUES ({})",
+            placeholder(&self.txn)
+        );
+        let backend = self.txn.get_database_backend();
+        self.txn
+            .execute_raw(Statement::from_sql_and_values(backend, sql, [key.into()]))
+            .await
+            .map(|_| ())
+            .map_err(lost)
+    }
+
+    async fn commit(self) -> Result<(), LedgerError> {
+        self.txn.commit().await.map_err(lost)
+    }
+
+    async fn rollback(self) -> Result<(), LedgerError> {
+        self.txn.rollback().await.map_err(lost)
+    }
+
+    /// PostgreSQL only (the capability says so): terminates the unit's backend from a second
+    /// connection, as an operator or a failover would.
+    async fn kill_connection(&self) {
+        let pid: i32 = self
+            .txn
+            .query_one_raw(Statement::from_string(
+                DbBackend::Postgres,
+                "SELECT pg_backend_pid()",
+            ))
+            .await
+            .expect("backend pid")
+            .expect("one row")
+            .try_get_by_index(0)
+            .expect("an int");
+        let admin = Database::connect(&self.url)
+            .await
+            .expect("admin connection");
+        admin
+            .execute_unprepared(&format!("SELECT pg_terminate_backend({pid})"))
+            .await
+            .expect("terminate the unit's backend");
+        admin.close().await.expect("close admin connection");
+    }
+}

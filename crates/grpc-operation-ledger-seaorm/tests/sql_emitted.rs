@@ -1,0 +1,97 @@
+//! What the adapter sends: the statements of each path, recorded on a real connection. (Its
+//! behaviour is the contract suite's business: see `contract_sqlite.rs` and
+//! `contract_postgres.rs`.)
+
+mod common;
+
+use std::sync::Mutex;
+
+use common::{Store, fresh, identity, lease};
+use grpc_core_api::*;
+use grpc_operation_ledger_seaorm::SeaOrmOperationLedger;
+use sea_orm::{
+    ConnectionTrait, DatabaseConnection, DbBackend, DbErr, ExecResult, QueryResult, Statement,
+};
+
+const CREATE: &str = "/payments.v1.Payments/CreatePayment";
+
+fn fingerprint(body: &str) -> RequestFingerprint {
+    RequestFingerprint::of(body.as_bytes())
+}
+
+fn outcome(reference: &str) -> OutcomeReference {
+    OutcomeReference::parse(reference).unwrap()
+}
+
+/// Records every statement sent, on top of a real connection.
+struct Recording {
+    inner: DatabaseConnection,
+    log: Mutex<Vec<String>>,
+}
+
+#[async_trait::async_trait]
+impl ConnectionTrait for Recording {
+    fn get_database_backend(&self) -> DbBackend {
+        self.inner.get_database_backend()
+    }
+    async fn execute_raw(&self, stmt: Statement) -> Result<ExecResult, DbErr> {
+        self.log.lock().unwrap().push(stmt.sql.clone());
+        self.inner.execute_raw(stmt).await
+    }
+    async fn execute_unprepared(&self, sql: &str) -> Result<ExecResult, DbErr> {
+        self.log.lock().unwrap().push(sql.to_owned());
+        self.inner.execute_unprepared(sql).await
+    }
+    async fn query_one_raw(&self, stmt: Statement) -> Result<Option<QueryResult>, DbErr> {
+        self.log.lock().unwrap().push(stmt.sql.clone());
+        self.inner.query_one_raw(stmt).await
+    }
+    async fn query_all_raw(&self, stmt: Statement) -> Result<Vec<QueryResult>, DbErr> {
+        self.log.lock().unwrap().push(stmt.sql.clone());
+        self.inner.query_all_raw(stmt).await
+    }
+}
+
+async fn claim_emits_one_insert_on_conflict_and_never_an_update_on_the_insert_path(store: Store) {
+    let t = fresh(store).await;
+    let recording = Recording {
+        inner: t.db.clone(),
+        log: Mutex::new(Vec::new()),
+    };
+    let ledger = SeaOrmOperationLedger::new(&recording);
+    let id = identity("tenant-a", CREATE, "sql");
+    ledger
+        .claim(&id, &fingerprint("x"), lease(30_000))
+        .await
+        .unwrap();
+    let insert_path = std::mem::take(&mut *recording.log.lock().unwrap());
+    assert_eq!(insert_path.len(), 1, "{insert_path:#?}");
+    assert!(insert_path[0].starts_with("INSERT INTO grpc_operation_ledger"));
+    assert!(insert_path[0].contains(
+        "ON CONFLICT (caller_fingerprint, full_method_name, idempotency_key_hash) DO NOTHING"
+    ));
+    assert!(!insert_path[0].contains("UPDATE"));
+
+    ledger
+        .claim(&id, &fingerprint("x"), lease(30_000))
+        .await
+        .unwrap();
+    let duplicate_path = std::mem::take(&mut *recording.log.lock().unwrap());
+    assert_eq!(duplicate_path.len(), 2, "{duplicate_path:#?}");
+    assert!(
+        duplicate_path[0].starts_with("INSERT INTO"),
+        "insert first, never read-then-insert"
+    );
+    assert!(duplicate_path[1].starts_with("SELECT"));
+
+    ledger
+        .mark_committed(&id, Version::FIRST, &outcome("p"))
+        .await
+        .unwrap();
+    let transition = std::mem::take(&mut *recording.log.lock().unwrap());
+    assert_eq!(transition.len(), 1);
+    assert!(transition[0].starts_with("UPDATE grpc_operation_ledger SET state = 'COMMITTED'"));
+    assert!(transition[0].contains("AND state = 'IN_PROGRESS' AND version = "));
+}
+
+on_both_stores!(claim_emits_one_insert_on_conflict_and_never_an_update_on_the_insert_path);
