@@ -1,5 +1,42 @@
 //! Lower-case hexadecimal for 32-byte digests, the only form digests take outside this crate.
 
+/// Declares the hex reading, writing and abbreviated `Debug` of a 32-byte digest newtype, so that
+/// every digest has exactly one spelling and none is printed in full by accident.
+macro_rules! digest_text_forms {
+    ($digest:ident, $what:literal) => {
+        impl $digest {
+            /// Reads a stored digest: exactly 64 lower-case hex digits.
+            pub fn from_hex(text: &str) -> Result<Self, crate::InvalidInput> {
+                crate::hex::decode(text)
+                    .map(Self)
+                    .ok_or(crate::InvalidInput::DigestMalformed { what: $what })
+            }
+
+            /// The 64 lower-case hex digits.
+            pub fn to_hex(&self) -> String {
+                crate::hex::encode(&self.0)
+            }
+
+            /// The 32 digest bytes.
+            pub fn as_bytes(&self) -> &[u8; 32] {
+                &self.0
+            }
+        }
+
+        impl std::fmt::Debug for $digest {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                // A prefix is enough to correlate log lines and too short to test guesses against.
+                write!(
+                    f,
+                    concat!(stringify!($digest), "({}…)"),
+                    &self.to_hex()[..8]
+                )
+            }
+        }
+    };
+}
+pub(crate) use digest_text_forms;
+
 const DIGITS: &[u8; 16] = b"0123456789abcdef";
 
 pub(crate) fn encode(bytes: &[u8; 32]) -> String {

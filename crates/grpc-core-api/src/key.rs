@@ -5,7 +5,8 @@ use std::fmt;
 use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256};
 
-use crate::{InvalidInput, hex};
+use crate::InvalidInput;
+use crate::hex::digest_text_forms;
 
 const MAX_KEY_LEN: usize = 255;
 const MIN_SECRET_LEN: usize = 16;
@@ -110,30 +111,4 @@ pub struct ServerSecret(Vec<u8>);
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct IdempotencyKeyHash([u8; 32]);
 
-impl IdempotencyKeyHash {
-    /// Reads a stored hash: exactly 64 lower-case hex digits.
-    pub fn from_hex(text: &str) -> Result<Self, InvalidInput> {
-        hex::decode(text)
-            .map(Self)
-            .ok_or(InvalidInput::DigestMalformed {
-                what: "idempotency key hash",
-            })
-    }
-
-    /// The 64 lower-case hex digits.
-    pub fn to_hex(&self) -> String {
-        hex::encode(&self.0)
-    }
-
-    /// The 32 digest bytes.
-    pub fn as_bytes(&self) -> &[u8; 32] {
-        &self.0
-    }
-}
-
-impl fmt::Debug for IdempotencyKeyHash {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        // A prefix is enough to correlate log lines and too short to test guesses against.
-        write!(f, "IdempotencyKeyHash({}…)", &self.to_hex()[..8])
-    }
-}
+digest_text_forms!(IdempotencyKeyHash, "idempotency key hash");

@@ -286,25 +286,27 @@ pub async fn expired_lease_is_taken_over_and_old_owner_fenced<F: LedgerFixture>(
     assert_eq!(record.outcome_reference(), Some(&outcome("new")));
 }
 
+/// What a handler does inside its unit of work: claim, business write, mark committed. The unit
+/// is left open for the caller to commit or roll back.
+async fn run_keyed_mutation<U: UnitOfWork>(unit: &U, id: &GrpcOperationIdentity, key: &str) {
+    let ledger = unit.ledger();
+    assert_eq!(
+        ledger.claim(id, &request("x"), lease(LONG)).await,
+        Ok(claimed_first())
+    );
+    unit.business_write(key).await.expect("business write");
+    ledger
+        .mark_committed(id, FIRST, &outcome(key))
+        .await
+        .expect("mark committed");
+}
+
 /// A unit of work that claims, writes and rolls back leaves neither; committed, both stay.
 pub async fn co_commit_rolls_back_and_commits_together<F: LedgerFixture>(fixture: &F) {
     let store = fixture.fresh_store().await;
     let id = identity("tenant-a", CREATE, "co-commit");
     let unit = store.begin().await.expect("begin");
-    {
-        let ledger = unit.ledger();
-        assert_eq!(
-            ledger.claim(&id, &request("x"), lease(LONG)).await,
-            Ok(claimed_first())
-        );
-        unit.business_write("co-commit")
-            .await
-            .expect("business write");
-        ledger
-            .mark_committed(&id, FIRST, &outcome("co-commit"))
-            .await
-            .expect("commit");
-    }
+    run_keyed_mutation(&unit, &id, "co-commit").await;
     unit.rollback().await.expect("rollback");
     assert_eq!(
         store.autocommit().find(&id).await.expect("find"),
@@ -318,20 +320,7 @@ pub async fn co_commit_rolls_back_and_commits_together<F: LedgerFixture>(fixture
     );
 
     let unit = store.begin().await.expect("begin");
-    {
-        let ledger = unit.ledger();
-        assert_eq!(
-            ledger.claim(&id, &request("x"), lease(LONG)).await,
-            Ok(claimed_first())
-        );
-        unit.business_write("co-commit")
-            .await
-            .expect("business write");
-        ledger
-            .mark_committed(&id, FIRST, &outcome("co-commit"))
-            .await
-            .expect("commit");
-    }
+    run_keyed_mutation(&unit, &id, "co-commit").await;
     unit.commit().await.expect("commit");
     let record = store
         .autocommit()
@@ -528,19 +517,7 @@ pub async fn killed_connection_is_unavailable_and_retry_succeeds<F: LedgerFixtur
     assert_eq!(store.business_rows("killed").await, 0);
 
     let retry = store.begin().await.expect("begin");
-    assert_eq!(
-        retry.ledger().claim(&id, &request("x"), lease(LONG)).await,
-        Ok(claimed_first())
-    );
-    retry
-        .business_write("killed")
-        .await
-        .expect("business write");
-    retry
-        .ledger()
-        .mark_committed(&id, FIRST, &outcome("p"))
-        .await
-        .expect("commit");
+    run_keyed_mutation(&retry, &id, "killed").await;
     retry.commit().await.expect("commit");
     assert_eq!(store.business_rows("killed").await, 1);
 }
