@@ -20,7 +20,8 @@ usage: cargo xtask <task>
 
 tasks:
   test              format check, clippy -D warnings, all tests against a real PostgreSQL
-  pg start          start a development PostgreSQL (kept until `pg stop`) and print its URL
+  pg start          start a development PostgreSQL (kept until `pg stop`) and print its URL;
+                    fsync is off unless `--durable` (use that for measurements)
   pg stop           stop and remove the development PostgreSQL
   pg url            print the development PostgreSQL's URL
 ";
@@ -39,7 +40,8 @@ fn run(args: Vec<String>) -> Result<()> {
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     match args.as_slice() {
         ["test"] => test(),
-        ["pg", "start"] => postgres::dev_start(),
+        ["pg", "start"] => postgres::dev_start(false),
+        ["pg", "start", "--durable"] => postgres::dev_start(true),
         ["pg", "stop"] => postgres::dev_stop(),
         ["pg", "url"] => postgres::dev_url(),
         ["help" | "--help" | "-h"] | [] => {

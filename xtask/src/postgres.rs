@@ -32,6 +32,15 @@ const TEST_SETTINGS: &[(&str, &str)] = &[
     ("shared_buffers", "256MB"),
 ];
 
+/// Server settings for measurements: durable as a production server would be.
+const DURABLE_SETTINGS: &[(&str, &str)] = &[
+    ("fsync", "on"),
+    ("synchronous_commit", "on"),
+    ("full_page_writes", "on"),
+    ("max_connections", "400"),
+    ("shared_buffers", "256MB"),
+];
+
 /// The database the tests run against; dropping it stops and removes whatever was started.
 pub(crate) enum TestDatabase {
     External(String),
@@ -438,7 +447,7 @@ fn dev_cluster() -> Result<Option<(Cluster, u16)>> {
     Ok(Some((cluster, port)))
 }
 
-pub(crate) fn dev_start() -> Result<()> {
+pub(crate) fn dev_start(durable: bool) -> Result<()> {
     if let Some((cluster, _)) = dev_cluster()? {
         if cluster.is_running() {
             println!("{}", cluster.url);
@@ -451,7 +460,12 @@ pub(crate) fn dev_start() -> Result<()> {
     std::fs::create_dir_all(&root)?;
     std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o700))?;
     let root = std::fs::canonicalize(root)?;
-    let cluster = Cluster::start(root, TEST_SETTINGS, false)?;
+    let settings = if durable {
+        DURABLE_SETTINGS
+    } else {
+        TEST_SETTINGS
+    };
+    let cluster = Cluster::start(root, settings, false)?;
     eprintln!("xtask: development PostgreSQL started; stop it with `cargo xtask pg stop`");
     println!("{}", cluster.url);
     Ok(())

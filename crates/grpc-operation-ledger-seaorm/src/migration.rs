@@ -55,8 +55,8 @@ impl MigrationName for CreateOperationLedger {
 const TABLE_BODY: &str = "
     caller_fingerprint   VARCHAR(128)  NOT NULL,
     full_method_name     VARCHAR(512)  NOT NULL,
-    idempotency_key_hash CHAR(64)      NOT NULL,
-    request_fingerprint  CHAR(64)      NOT NULL,
+    idempotency_key_hash VARCHAR(64)   NOT NULL,
+    request_fingerprint  VARCHAR(64)   NOT NULL,
     state                VARCHAR(16)   NOT NULL,
     version              BIGINT        NOT NULL,
     claimed_at           BIGINT        NOT NULL,

@@ -11,6 +11,7 @@ use grpc_core_api::*;
 use grpc_operation_ledger_seaorm::SeaOrmOperationLedger;
 use sea_orm::{
     ConnectionTrait, DatabaseConnection, DbBackend, DbErr, ExecResult, QueryResult, Statement,
+    TransactionTrait,
 };
 
 const CREATE: &str = "/payments.v1.Payments/CreatePayment";
@@ -27,6 +28,27 @@ fn outcome(reference: &str) -> OutcomeReference {
 struct Recording {
     inner: DatabaseConnection,
     log: Mutex<Vec<String>>,
+    values: Mutex<Vec<(String, Vec<sea_orm::Value>)>>,
+}
+
+impl Recording {
+    fn on(db: &DatabaseConnection) -> Self {
+        Self {
+            inner: db.clone(),
+            log: Mutex::default(),
+            values: Mutex::default(),
+        }
+    }
+
+    fn record(&self, stmt: &Statement) {
+        self.log.lock().unwrap().push(stmt.sql.clone());
+        let values = stmt
+            .values
+            .as_ref()
+            .map(|v| v.0.clone())
+            .unwrap_or_default();
+        self.values.lock().unwrap().push((stmt.sql.clone(), values));
+    }
 }
 
 #[async_trait::async_trait]
@@ -35,7 +57,7 @@ impl ConnectionTrait for Recording {
         self.inner.get_database_backend()
     }
     async fn execute_raw(&self, stmt: Statement) -> Result<ExecResult, DbErr> {
-        self.log.lock().unwrap().push(stmt.sql.clone());
+        self.record(&stmt);
         self.inner.execute_raw(stmt).await
     }
     async fn execute_unprepared(&self, sql: &str) -> Result<ExecResult, DbErr> {
@@ -43,21 +65,18 @@ impl ConnectionTrait for Recording {
         self.inner.execute_unprepared(sql).await
     }
     async fn query_one_raw(&self, stmt: Statement) -> Result<Option<QueryResult>, DbErr> {
-        self.log.lock().unwrap().push(stmt.sql.clone());
+        self.record(&stmt);
         self.inner.query_one_raw(stmt).await
     }
     async fn query_all_raw(&self, stmt: Statement) -> Result<Vec<QueryResult>, DbErr> {
-        self.log.lock().unwrap().push(stmt.sql.clone());
+        self.record(&stmt);
         self.inner.query_all_raw(stmt).await
     }
 }
 
 async fn claim_emits_one_insert_on_conflict_and_never_an_update_on_the_insert_path(store: Store) {
     let t = fresh(store).await;
-    let recording = Recording {
-        inner: t.db.clone(),
-        log: Mutex::new(Vec::new()),
-    };
+    let recording = Recording::on(&t.db);
     let ledger = SeaOrmOperationLedger::new(&recording);
     let id = identity("tenant-a", CREATE, "sql");
     ledger
@@ -92,6 +111,65 @@ async fn claim_emits_one_insert_on_conflict_and_never_an_update_on_the_insert_pa
     assert_eq!(transition.len(), 1);
     assert!(transition[0].starts_with("UPDATE grpc_operation_ledger SET state = 'COMMITTED'"));
     assert!(transition[0].contains("AND state = 'IN_PROGRESS' AND version = "));
+}
+
+/// Every statement that names one row must find it through the whole primary key. (A `CHAR(64)`
+/// hash column once made PostgreSQL compare a bound text parameter as text and use only the
+/// leading caller column, scanning all of a caller's rows on every claim read and transition.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn postgres_statements_use_the_whole_primary_key() {
+    let t = fresh(Store::Postgres).await;
+    let recording = Recording::on(&t.db);
+    let ledger = SeaOrmOperationLedger::new(&recording);
+    let id = identity("tenant-a", CREATE, "plans");
+    ledger
+        .claim(&id, &fingerprint("x"), lease(30_000))
+        .await
+        .unwrap();
+    ledger
+        .claim(&id, &fingerprint("x"), lease(30_000))
+        .await
+        .unwrap();
+    ledger
+        .mark_committed(&id, Version::FIRST, &outcome("p"))
+        .await
+        .unwrap();
+    let statements = std::mem::take(&mut *recording.values.lock().unwrap());
+    let txn = t.db.begin().await.unwrap();
+    // An empty table would be scanned whatever the indexes; forbid that to see what is usable.
+    txn.execute_unprepared("SET LOCAL enable_seqscan = off")
+        .await
+        .unwrap();
+    let mut checked = 0;
+    for (sql, values) in statements {
+        if !sql.contains("WHERE caller_fingerprint = $1") {
+            continue;
+        }
+        let plan = txn
+            .query_all_raw(Statement::from_sql_and_values(
+                DbBackend::Postgres,
+                format!("EXPLAIN {sql}"),
+                values,
+            ))
+            .await
+            .unwrap()
+            .iter()
+            .map(|row| row.try_get_by_index::<String>(0).unwrap())
+            .collect::<Vec<_>>()
+            .join("\n");
+        let hash_in = |prefix: &str| {
+            plan.lines().any(|line| {
+                line.trim_start().starts_with(prefix) && line.contains("idempotency_key_hash")
+            })
+        };
+        assert!(
+            hash_in("Index Cond") && !hash_in("Filter"),
+            "statement does not use the whole key:\n{sql}\n{plan}"
+        );
+        checked += 1;
+    }
+    assert!(checked >= 2, "checked {checked} statements");
+    txn.rollback().await.unwrap();
 }
 
 on_both_stores!(claim_emits_one_insert_on_conflict_and_never_an_update_on_the_insert_path);
