@@ -1,72 +1,31 @@
-//! Pure retry policy for gRPC: which layer owns retries on a channel, the gRFC A6 service config,
-//! the ownership validator, retry eligibility, the retry budget and backoff.
+//! Pure retry policy for gRPC: which layer owns retries on a channel ([`GrpcRetryOwner`]), the
+//! gRFC A6 service config ([`ServiceConfig`], [`GrpcServiceConfigPolicy`]), the method catalog and
+//! the ownership validator ([`MethodCatalog`], [`GrpcRetryOwnershipValidator`]), retry
+//! eligibility ([`GrpcRetryEligibility`]), the retry budget ([`GrpcRetryBudget`]) and backoff
+//! ([`Backoff`]).
 //!
-//! Every rule here is a function of its inputs: no IO, no async, no clock of its own. The ledger
-//! is seen only through `grpc_core_api::LedgerDurability`, so a keyed-mutation retry can demand a
-//! durable ledger without this crate depending on a database.
-//!
-//! This crate is filled by the policy issue; today it holds only the retry owner.
+//! Every rule here is a function of its inputs: no IO, no async, no clock and no random source of
+//! its own (both are passed in). The ledger is seen only through
+//! `grpc_core_api::LedgerDurability`, so a keyed-mutation retry can demand a durable ledger
+//! without this crate depending on a database.
 
-use std::fmt;
+mod backoff;
+mod budget;
+mod catalog;
+mod codes;
+mod eligibility;
+mod owner;
+mod service_config;
+mod validator;
 
-/// The one layer that retries calls on a channel. Retries at several layers multiply (three
-/// attempts at three layers is 27 requests for one call), so exactly one layer may own them.
-/// `None` is a decision, not an omission.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum GrpcRetryOwner {
-    /// An in-process executor in the application retries; the service config carries no
-    /// retryPolicy or hedgingPolicy.
-    Application,
-    /// The gRPC channel retries, driven by the service config's retryPolicy and retryThrottling.
-    Channel,
-    /// A service mesh retries; nothing in the process may.
-    Mesh,
-    /// Nobody retries.
-    None,
-}
-
-impl GrpcRetryOwner {
-    /// Whether an in-process executor may retry under this owner.
-    pub fn allows_in_process_retry(self) -> bool {
-        matches!(self, Self::Application | Self::Channel)
-    }
-
-    /// Whether the service config may carry `retryPolicy` or `hedgingPolicy` under this owner.
-    pub fn allows_service_config_retry(self) -> bool {
-        matches!(self, Self::Channel)
-    }
-}
-
-impl fmt::Display for GrpcRetryOwner {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Self::Application => "application",
-            Self::Channel => "channel",
-            Self::Mesh => "mesh",
-            Self::None => "none",
-        })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::GrpcRetryOwner::{self, *};
-
-    #[test]
-    fn owner_table_matches_the_design() {
-        let table: [(GrpcRetryOwner, bool, bool); 4] = [
-            (Application, true, false),
-            (Channel, true, true),
-            (Mesh, false, false),
-            (None, false, false),
-        ];
-        for (owner, in_process, service_config) in table {
-            assert_eq!(owner.allows_in_process_retry(), in_process, "{owner}");
-            assert_eq!(
-                owner.allows_service_config_retry(),
-                service_config,
-                "{owner}"
-            );
-        }
-    }
-}
+pub use backoff::{Backoff, Pushback, RandomSource, SplitMix64, parse_pushback};
+pub use budget::GrpcRetryBudget;
+pub use catalog::{CatalogError, MethodCatalog, MethodClass, MethodInfo};
+pub use codes::{ALL_CODES, CodeSet, code_name, parse_code};
+pub use eligibility::{AttemptFacts, Evidence, GrpcRetryEligibility, RefusalReason, Verdict};
+pub use owner::{GrpcRetryOwner, UnknownOwner};
+pub use service_config::{
+    ConfigError, GrpcServiceConfigPolicy, HedgingPolicy, MAX_ATTEMPTS_CAP, MethodConfig,
+    MethodName, RetryPolicy, RetryThrottling, ServiceConfig,
+};
+pub use validator::{Finding, GrpcRetryOwnershipValidator, Severity};

@@ -1,0 +1,105 @@
+//! gRFC A6 backoff: full jitter, and the server's pushback.
+
+use std::time::Duration;
+
+use crate::RetryPolicy;
+
+/// A source of uniform random numbers in `[0, 1)`, injected so that tests are deterministic.
+pub trait RandomSource {
+    /// The next number in `[0, 1)`.
+    fn next_unit(&mut self) -> f64;
+}
+
+/// SplitMix64: small, fast and statistically sound enough for jitter (not for secrets).
+#[derive(Debug, Clone)]
+pub struct SplitMix64(u64);
+
+impl SplitMix64 {
+    /// A generator from a seed; seed it differently per client so that clients do not retry in
+    /// step.
+    pub fn from_seed(seed: u64) -> Self {
+        Self(seed)
+    }
+}
+
+impl RandomSource for SplitMix64 {
+    fn next_unit(&mut self) -> f64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^= z >> 31;
+        // The top 53 bits make a double in [0, 1).
+        (z >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+/// The backoff of a retry policy.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Backoff {
+    initial: Duration,
+    max: Duration,
+    multiplier: f64,
+}
+
+impl Backoff {
+    /// The backoff of `policy`.
+    pub fn of(policy: &RetryPolicy) -> Self {
+        Self {
+            initial: policy.initial_backoff(),
+            max: policy.max_backoff(),
+            multiplier: policy.backoff_multiplier(),
+        }
+    }
+
+    /// The ceiling before retry `n` (1 for the first retry):
+    /// `min(initialBackoff * multiplier^(n-1), maxBackoff)`.
+    pub fn ceiling(&self, retry: u32) -> Duration {
+        let exponent = i32::try_from(retry.saturating_sub(1)).unwrap_or(i32::MAX);
+        let seconds = self.initial.as_secs_f64() * self.multiplier.powi(exponent);
+        if seconds.is_finite() && seconds < self.max.as_secs_f64() {
+            Duration::from_secs_f64(seconds)
+        } else {
+            self.max
+        }
+    }
+
+    /// Full jitter: a uniform delay in `[0, ceiling(n))`.
+    pub fn delay(&self, retry: u32, random: &mut impl RandomSource) -> Duration {
+        self.ceiling(retry).mul_f64(random.next_unit())
+    }
+
+    /// The delay before retry `n`, honouring a server pushback when there is one: the pushback
+    /// replaces the jittered delay, and a pushback that says "do not retry" is `None`.
+    pub fn delay_with_pushback(
+        &self,
+        retry: u32,
+        pushback: Option<Pushback>,
+        random: &mut impl RandomSource,
+    ) -> Option<Duration> {
+        match pushback {
+            None => Some(self.delay(retry, random)),
+            Some(Pushback::RetryAfter(delay)) => Some(delay),
+            Some(Pushback::DoNotRetry) => None,
+        }
+    }
+}
+
+/// What a server said in `grpc-retry-pushback-ms`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pushback {
+    /// Retry after exactly this long.
+    RetryAfter(Duration),
+    /// Do not retry (a negative or unreadable value, as A6 specifies).
+    DoNotRetry,
+}
+
+/// Reads a `grpc-retry-pushback-ms` value: a non-negative decimal integer of milliseconds.
+pub fn parse_pushback(value: &str) -> Pushback {
+    match value.parse::<u64>() {
+        Ok(millis) if !value.starts_with('+') => {
+            Pushback::RetryAfter(Duration::from_millis(millis))
+        }
+        _ => Pushback::DoNotRetry,
+    }
+}

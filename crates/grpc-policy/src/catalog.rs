@@ -1,0 +1,138 @@
+//! The methods a service really has, and how safe each is to repeat.
+
+use std::collections::BTreeMap;
+
+use grpc_core_api::GrpcMethod;
+use prost::Message;
+use prost_types::FileDescriptorSet;
+use prost_types::method_options::IdempotencyLevel;
+
+/// How safe a method is to send again after it may have reached the server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum MethodClass {
+    /// Reads (`idempotency_level = NO_SIDE_EFFECTS`).
+    NoSideEffects,
+    /// Repeating it leaves the same state (`idempotency_level = IDEMPOTENT`).
+    Idempotent,
+    /// A mutation made idempotent by a caller key and the server's durable ledger; marked
+    /// explicitly, since protobuf has no option for it.
+    KeyedMutation,
+    /// Anything else: never repeated once sent.
+    NonIdempotent,
+}
+
+/// One method of the catalog.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MethodInfo {
+    /// Its full name.
+    pub method: GrpcMethod,
+    /// Its class.
+    pub class: MethodClass,
+    /// Whether the client streams requests.
+    pub client_streaming: bool,
+    /// Whether the server streams responses.
+    pub server_streaming: bool,
+}
+
+/// Why a catalog could not be built.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CatalogError {
+    /// The bytes are not a protobuf `FileDescriptorSet`.
+    #[error("not a protobuf FileDescriptorSet: {0}")]
+    NotADescriptorSet(String),
+    /// A service or method name in the descriptor set is not valid.
+    #[error("invalid method name in the descriptor set: {0}")]
+    InvalidName(String),
+    /// A keyed-mutation mark names a method the catalog does not have.
+    #[error("cannot mark {0} as a keyed mutation: no such method in the catalog")]
+    UnknownMethod(String),
+}
+
+/// The methods of one or more services, by full name.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MethodCatalog {
+    methods: BTreeMap<GrpcMethod, MethodInfo>,
+}
+
+impl MethodCatalog {
+    /// An empty catalog, to declare methods in code.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Reads the serialized `FileDescriptorSet` that `protoc --descriptor_set_out` or protox
+    /// writes.
+    pub fn from_descriptor_set_bytes(bytes: &[u8]) -> Result<Self, CatalogError> {
+        let set = FileDescriptorSet::decode(bytes)
+            .map_err(|e| CatalogError::NotADescriptorSet(e.to_string()))?;
+        Self::from_descriptor_set(&set)
+    }
+
+    /// Every method of every service in the set, classed by its `idempotency_level` option.
+    pub fn from_descriptor_set(set: &FileDescriptorSet) -> Result<Self, CatalogError> {
+        let mut catalog = Self::new();
+        for file in &set.file {
+            for service in &file.service {
+                let service_name = match file.package() {
+                    "" => service.name().to_owned(),
+                    package => format!("{package}.{}", service.name()),
+                };
+                for method in &service.method {
+                    let full =
+                        GrpcMethod::from_parts(&service_name, method.name()).map_err(|_| {
+                            CatalogError::InvalidName(format!("{service_name}/{}", method.name()))
+                        })?;
+                    let level = method
+                        .options
+                        .as_ref()
+                        .map_or(IdempotencyLevel::IdempotencyUnknown, |o| {
+                            o.idempotency_level()
+                        });
+                    let class = match level {
+                        IdempotencyLevel::NoSideEffects => MethodClass::NoSideEffects,
+                        IdempotencyLevel::Idempotent => MethodClass::Idempotent,
+                        IdempotencyLevel::IdempotencyUnknown => MethodClass::NonIdempotent,
+                    };
+                    catalog.declare(MethodInfo {
+                        method: full,
+                        class,
+                        client_streaming: method.client_streaming(),
+                        server_streaming: method.server_streaming(),
+                    });
+                }
+            }
+        }
+        Ok(catalog)
+    }
+
+    /// Adds (or replaces) a method.
+    pub fn declare(&mut self, info: MethodInfo) {
+        self.methods.insert(info.method.clone(), info);
+    }
+
+    /// Marks a method the catalog has as a keyed mutation.
+    pub fn mark_keyed_mutation(&mut self, method: &GrpcMethod) -> Result<(), CatalogError> {
+        match self.methods.get_mut(method) {
+            Some(info) => {
+                info.class = MethodClass::KeyedMutation;
+                Ok(())
+            }
+            None => Err(CatalogError::UnknownMethod(method.to_string())),
+        }
+    }
+
+    /// A method by full name.
+    pub fn get(&self, method: &GrpcMethod) -> Option<&MethodInfo> {
+        self.methods.get(method)
+    }
+
+    /// Whether the catalog has any method of `service`.
+    pub fn has_service(&self, service: &str) -> bool {
+        self.methods.keys().any(|m| m.service() == service)
+    }
+
+    /// Every method, ordered by full name.
+    pub fn methods(&self) -> impl Iterator<Item = &MethodInfo> {
+        self.methods.values()
+    }
+}

@@ -1,0 +1,226 @@
+//! Compares a service config with the method catalog and the declared retry layers.
+
+use std::fmt;
+
+use crate::{
+    GrpcRetryOwner, MAX_ATTEMPTS_CAP, MethodCatalog, MethodClass, MethodName, ServiceConfig,
+};
+
+/// How bad a finding is: errors fail a lint run, warnings are reported.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Severity {
+    /// Worth a look.
+    Warning,
+    /// Unsafe or wrong; a lint run fails.
+    Error,
+}
+
+impl fmt::Display for Severity {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Warning => "warning",
+            Self::Error => "error",
+        })
+    }
+}
+
+/// One finding, at a JSON path of the service config.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Finding {
+    /// How bad it is.
+    pub severity: Severity,
+    /// Where, as `$.methodConfig[0].name[1]`.
+    pub path: String,
+    /// What and why.
+    pub message: String,
+}
+
+impl fmt::Display for Finding {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {}: {}", self.severity, self.path, self.message)
+    }
+}
+
+/// Checks that a service config fits the service it configures and the channel's one owner.
+#[derive(Debug, Clone)]
+pub struct GrpcRetryOwnershipValidator {
+    owner: GrpcRetryOwner,
+    /// Retry layers outside the service config (application, mesh), by name and attempts.
+    other_layers: Vec<(String, u32)>,
+    amplification_bound: u32,
+}
+
+impl GrpcRetryOwnershipValidator {
+    /// A validator for a channel owned by `owner`, with no other declared layers and an
+    /// amplification bound of 10 attempts per call.
+    pub fn new(owner: GrpcRetryOwner) -> Self {
+        Self {
+            owner,
+            other_layers: Vec::new(),
+            amplification_bound: 10,
+        }
+    }
+
+    /// Declares another layer that retries the same calls (`"mesh"`, 3 attempts).
+    pub fn with_layer(mut self, name: &str, attempts: u32) -> Self {
+        self.other_layers.push((name.to_owned(), attempts));
+        self
+    }
+
+    /// Sets the largest acceptable number of attempts one call can turn into across layers.
+    pub fn with_amplification_bound(mut self, bound: u32) -> Self {
+        self.amplification_bound = bound;
+        self
+    }
+
+    /// Every finding, errors first, each group in config order.
+    pub fn validate(&self, config: &ServiceConfig, catalog: &MethodCatalog) -> Vec<Finding> {
+        let mut findings = Vec::new();
+        let mut add = |severity, path: String, message: String| {
+            findings.push(Finding {
+                severity,
+                path,
+                message,
+            })
+        };
+        for (i, entry) in config.method_configs.iter().enumerate() {
+            let path = format!("$.methodConfig[{i}]");
+            for (j, name) in entry.names.iter().enumerate() {
+                let missing = match name {
+                    MethodName::Default => false,
+                    MethodName::Service(service) => !catalog.has_service(service),
+                    MethodName::Method(method) => catalog.get(method).is_none(),
+                };
+                if missing {
+                    add(
+                        Severity::Error,
+                        format!("{path}.name[{j}]"),
+                        format!(
+                            "{name} matches no method of the service (renamed or removed?); the calls it meant run with defaults"
+                        ),
+                    );
+                }
+                let governs_any = catalog.methods().any(|m| {
+                    name.covers(&m.method)
+                        && config
+                            .entry_for(&m.method)
+                            .is_some_and(|(winner, _)| winner == i)
+                });
+                if !missing && name.specificity() < 2 && !governs_any {
+                    add(
+                        Severity::Warning,
+                        format!("{path}.name[{j}]"),
+                        format!(
+                            "{name} is shadowed: every method it covers has a more specific entry"
+                        ),
+                    );
+                }
+            }
+            let policy_field = if entry.retry_policy.is_some() {
+                Some("retryPolicy")
+            } else if entry.hedging_policy.is_some() {
+                Some("hedgingPolicy")
+            } else {
+                None
+            };
+            if let Some(field) = policy_field {
+                if !self.owner.allows_service_config_retry() {
+                    add(
+                        Severity::Error,
+                        format!("{path}.{field}"),
+                        format!(
+                            "the channel's retry owner is {}; the service config must not retry",
+                            self.owner
+                        ),
+                    );
+                }
+                let requested = entry
+                    .retry_policy
+                    .as_ref()
+                    .map(|p| p.max_attempts_requested())
+                    .or(entry
+                        .hedging_policy
+                        .as_ref()
+                        .map(|h| h.max_attempts_requested()))
+                    .unwrap_or(0);
+                if requested > MAX_ATTEMPTS_CAP {
+                    add(
+                        Severity::Warning,
+                        format!("{path}.{field}.maxAttempts"),
+                        format!("{requested} attempts are capped at {MAX_ATTEMPTS_CAP}"),
+                    );
+                }
+            }
+        }
+        // Which unsafe methods a retrying entry really governs, directly or through a wider name.
+        for info in catalog.methods() {
+            let Some((i, entry)) = config.entry_for(&info.method) else {
+                continue;
+            };
+            let field = if entry.retry_policy.is_some() {
+                "retryPolicy"
+            } else if entry.hedging_policy.is_some() {
+                "hedgingPolicy"
+            } else {
+                continue;
+            };
+            let via = entry
+                .names
+                .iter()
+                .filter(|n| n.covers(&info.method))
+                .max_by_key(|n| n.specificity())
+                .map(|n| match n {
+                    MethodName::Method(_) => "directly".to_owned(),
+                    other => format!("through {other}"),
+                })
+                .unwrap_or_default();
+            match info.class {
+                MethodClass::NonIdempotent => add(
+                    Severity::Error,
+                    format!("$.methodConfig[{i}].{field}"),
+                    format!(
+                        "{field} covers non-idempotent {} ({via}): a sent call may run twice",
+                        info.method
+                    ),
+                ),
+                MethodClass::KeyedMutation => add(
+                    Severity::Warning,
+                    format!("$.methodConfig[{i}].{field}"),
+                    format!(
+                        "{field} covers keyed mutation {} ({via}): safe only if every call carries a key and the server's ledger is durable",
+                        info.method
+                    ),
+                ),
+                _ => {}
+            }
+        }
+        let channel_attempts = config
+            .method_configs
+            .iter()
+            .filter_map(|e| {
+                e.retry_policy
+                    .as_ref()
+                    .map(|p| p.max_attempts())
+                    .or(e.hedging_policy.as_ref().map(|h| h.max_attempts()))
+            })
+            .max()
+            .unwrap_or(1);
+        let mut layers = vec![("channel".to_owned(), channel_attempts)];
+        layers.extend(self.other_layers.iter().cloned());
+        let worst: u64 = layers.iter().map(|(_, a)| u64::from((*a).max(1))).product();
+        if worst > u64::from(self.amplification_bound) {
+            let shown: Vec<String> = layers.iter().map(|(n, a)| format!("{n} {a}")).collect();
+            add(
+                Severity::Error,
+                "$".to_owned(),
+                format!(
+                    "one call can become {worst} attempts ({}), above the bound of {}; let one layer own retries",
+                    shown.join(" x "),
+                    self.amplification_bound
+                ),
+            );
+        }
+        findings.sort_by_key(|f| std::cmp::Reverse(f.severity));
+        findings
+    }
+}
