@@ -82,13 +82,16 @@ fn lint(args: &Args) -> Result<Vec<Finding>, Unreadable> {
     let config_text = String::from_utf8(config_bytes)
         .map_err(|_| Unreadable(format!("{} is not UTF-8", args.service_config.display())))?;
     serde_json::from_str::<serde_json::Value>(&config_text).map_err(|e| {
-        Unreadable(format!("{} is not JSON: {e}", args.service_config.display()))
+        Unreadable(format!(
+            "{} is not JSON: {e}",
+            args.service_config.display()
+        ))
     })?;
     let mut catalog = MethodCatalog::from_descriptor_set_bytes(&read(&args.descriptor_set)?)
         .map_err(|e| Unreadable(format!("{}: {e}", args.descriptor_set.display())))?;
     for keyed in &args.keyed {
-        let method = GrpcMethod::parse(keyed)
-            .map_err(|e| Unreadable(format!("--keyed {keyed}: {e}")))?;
+        let method =
+            GrpcMethod::parse(keyed).map_err(|e| Unreadable(format!("--keyed {keyed}: {e}")))?;
         catalog
             .mark_keyed_mutation(&method)
             .map_err(|e| Unreadable(format!("--keyed: {e}")))?;
@@ -128,7 +131,10 @@ fn print(findings: &[Finding], format: Format) {
             for finding in findings {
                 println!("{finding}");
             }
-            let errors = findings.iter().filter(|f| f.severity == Severity::Error).count();
+            let errors = findings
+                .iter()
+                .filter(|f| f.severity == Severity::Error)
+                .count();
             println!("{errors} error(s), {} warning(s)", findings.len() - errors);
         }
         Format::Json => {

@@ -40,29 +40,56 @@ fn stdout(output: &Output) -> String {
 #[test]
 fn a_clean_config_exits_zero() {
     let dir = temp_dir("clean");
-    let out = lint(&Path::new(DATA).join("retry_get_and_cancel.json"), &descriptor_set(&dir), &[]);
+    let out = lint(
+        &Path::new(DATA).join("retry_get_and_cancel.json"),
+        &descriptor_set(&dir),
+        &[],
+    );
     assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
-    assert!(stdout(&out).ends_with("0 error(s), 0 warning(s)\n"), "{}", stdout(&out));
+    assert!(
+        stdout(&out).ends_with("0 error(s), 0 warning(s)\n"),
+        "{}",
+        stdout(&out)
+    );
 }
 
 #[test]
 fn a_renamed_method_exits_one_and_names_the_entry() {
     let dir = temp_dir("renamed");
-    let out = lint(&Path::new(DATA).join("renamed_method.json"), &descriptor_set(&dir), &[]);
+    let out = lint(
+        &Path::new(DATA).join("renamed_method.json"),
+        &descriptor_set(&dir),
+        &[],
+    );
     assert_eq!(out.status.code(), Some(1));
-    assert!(stdout(&out).contains("error $.methodConfig[0].name[0]: /payments.v1.Payments/FetchPayment matches no method"), "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains(
+            "error $.methodConfig[0].name[0]: /payments.v1.Payments/FetchPayment matches no method"
+        ),
+        "{}",
+        stdout(&out)
+    );
 }
 
 #[test]
 fn a_retry_over_a_non_idempotent_method_exits_one_in_json_too() {
     let dir = temp_dir("nonidempotent");
-    let out = lint(&Path::new(DATA).join("service_wide_retry.json"), &descriptor_set(&dir), &["--format", "json"]);
+    let out = lint(
+        &Path::new(DATA).join("service_wide_retry.json"),
+        &descriptor_set(&dir),
+        &["--format", "json"],
+    );
     assert_eq!(out.status.code(), Some(1));
     let findings: serde_json::Value = serde_json::from_str(&stdout(&out)).expect("JSON output");
     let first = &findings[0];
     assert_eq!(first["severity"], "error");
     assert_eq!(first["path"], "$.methodConfig[0].retryPolicy");
-    assert!(first["message"].as_str().unwrap().contains("non-idempotent /payments.v1.Payments/Transfer"));
+    assert!(
+        first["message"]
+            .as_str()
+            .unwrap()
+            .contains("non-idempotent /payments.v1.Payments/Transfer")
+    );
 }
 
 #[test]
@@ -72,9 +99,17 @@ fn the_wrong_owner_and_stacked_layers_exit_one() {
     let out = lint(&config, &descriptor_set(&dir), &["--owner", "mesh"]);
     assert_eq!(out.status.code(), Some(1));
     assert!(stdout(&out).contains("retry owner is mesh"));
-    let out = lint(&config, &descriptor_set(&dir), &["--layer", "application=3", "--layer", "mesh=3"]);
+    let out = lint(
+        &config,
+        &descriptor_set(&dir),
+        &["--layer", "application=3", "--layer", "mesh=3"],
+    );
     assert_eq!(out.status.code(), Some(1));
-    assert!(stdout(&out).contains("one call can become 27 attempts"), "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains("one call can become 27 attempts"),
+        "{}",
+        stdout(&out)
+    );
 }
 
 #[test]
@@ -84,7 +119,12 @@ fn a_config_a6_refuses_is_an_error_finding_at_its_path() {
     std::fs::write(&config, r#"{"methodConfig": [{"name": [{"service": "payments.v1.Payments"}], "retryPolicy": {"maxAttempts": 1}}]}"#).unwrap();
     let out = lint(&config, &descriptor_set(&dir), &[]);
     assert_eq!(out.status.code(), Some(1));
-    assert!(stdout(&out).contains("error $.methodConfig[0].retryPolicy.maxAttempts: must be at least 2"), "{}", stdout(&out));
+    assert!(
+        stdout(&out)
+            .contains("error $.methodConfig[0].retryPolicy.maxAttempts: must be at least 2"),
+        "{}",
+        stdout(&out)
+    );
 }
 
 #[test]
@@ -97,11 +137,31 @@ fn unreadable_inputs_exit_two_with_a_clear_message() {
     std::fs::write(&not_descriptors, b"\xff\xff\xff garbage").unwrap();
     let good = Path::new(DATA).join("retry_get_and_cancel.json");
     let cases: Vec<(PathBuf, PathBuf, &[&str], &str)> = vec![
-        (dir.join("missing.json"), descriptors.clone(), &[], "cannot read"),
+        (
+            dir.join("missing.json"),
+            descriptors.clone(),
+            &[],
+            "cannot read",
+        ),
         (not_json, descriptors.clone(), &[], "is not JSON"),
-        (good.clone(), not_descriptors, &[], "not a protobuf FileDescriptorSet"),
-        (good.clone(), descriptors.clone(), &["--keyed", "/payments.v1.Payments/Nope"], "no such method"),
-        (good, descriptors, &["--layer", "mesh"], "expected NAME=ATTEMPTS"),
+        (
+            good.clone(),
+            not_descriptors,
+            &[],
+            "not a protobuf FileDescriptorSet",
+        ),
+        (
+            good.clone(),
+            descriptors.clone(),
+            &["--keyed", "/payments.v1.Payments/Nope"],
+            "no such method",
+        ),
+        (
+            good,
+            descriptors,
+            &["--layer", "mesh"],
+            "expected NAME=ATTEMPTS",
+        ),
     ];
     for (config, descriptor_set, extra, message) in cases {
         let out = lint(&config, &descriptor_set, extra);
