@@ -114,3 +114,30 @@ pub trait GrpcOperationLedger: Send + Sync {
     /// Whether records survive a restart.
     fn durability(&self) -> LedgerDurability;
 }
+
+/// Units of work on a ledger's store, each with the ledger bound to it: what a server-side guard
+/// needs to run the claim, the business write and the transition in one transaction, without
+/// naming the store.
+///
+/// `Transaction` is the store's own transaction (a SeaORM `DatabaseTransaction`, say); the guard
+/// hands it to the business code so that its writes join the same unit of work.
+#[async_trait]
+pub trait LedgerUnitsOfWork: Send + Sync {
+    /// The store's transaction.
+    type Transaction: Send + Sync;
+
+    /// Begins a unit of work.
+    async fn begin(&self) -> Result<Self::Transaction, LedgerError>;
+
+    /// The ledger running inside `transaction`.
+    fn ledger<'t>(&self, transaction: &'t Self::Transaction) -> Box<dyn GrpcOperationLedger + 't>;
+
+    /// Commits the unit of work.
+    async fn commit(&self, transaction: Self::Transaction) -> Result<(), LedgerError>;
+
+    /// Rolls the unit of work back.
+    async fn rollback(&self, transaction: Self::Transaction) -> Result<(), LedgerError>;
+
+    /// Whether the store's records survive a restart.
+    fn durability(&self) -> LedgerDurability;
+}

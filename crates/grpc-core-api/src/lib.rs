@@ -39,7 +39,7 @@ pub use identity::GrpcOperationIdentity;
 pub use key::{IdempotencyKey, IdempotencyKeyHash, KeyHasher};
 #[cfg(feature = "mock")]
 pub use ledger::MockGrpcOperationLedger;
-pub use ledger::{GrpcOperationLedger, LedgerDurability};
+pub use ledger::{GrpcOperationLedger, LedgerDurability, LedgerUnitsOfWork};
 pub use method::GrpcMethod;
 pub use record::{
     ClaimOutcome, Completion, LeaseDuration, OperationRecord, OperationState, OutcomeReference,

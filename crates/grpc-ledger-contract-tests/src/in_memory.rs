@@ -605,3 +605,35 @@ impl UnitOfWork for InMemoryUnit {
         self.kill();
     }
 }
+
+#[async_trait]
+impl grpc_core_api::LedgerUnitsOfWork for InMemoryStore {
+    type Transaction = InMemoryUnit;
+
+    async fn begin(&self) -> Result<InMemoryUnit, LedgerError> {
+        Ok(self.begin_unit())
+    }
+
+    fn ledger<'t>(&self, unit: &'t InMemoryUnit) -> Box<dyn GrpcOperationLedger + 't> {
+        Box::new(unit.ledger())
+    }
+
+    async fn commit(&self, unit: InMemoryUnit) -> Result<(), LedgerError> {
+        UnitOfWork::commit(unit).await
+    }
+
+    async fn rollback(&self, unit: InMemoryUnit) -> Result<(), LedgerError> {
+        UnitOfWork::rollback(unit).await
+    }
+
+    fn durability(&self) -> LedgerDurability {
+        LedgerDurability::Volatile
+    }
+}
+
+impl InMemoryStore {
+    /// The business rows committed so far, in commit order.
+    pub fn committed_business(&self) -> Vec<String> {
+        self.shared.committed().business.clone()
+    }
+}

@@ -42,7 +42,9 @@ mod error;
 mod ledger;
 mod migration;
 mod sql;
+mod units;
 
 pub use connect::{LedgerConfig, connect_postgres, open_sqlite};
 pub use ledger::{LedgerConnection, SeaOrmOperationLedger};
 pub use migration::{LEDGER_TABLE, LedgerMigrator, MIGRATIONS_TABLE, ledger_migrations};
+pub use units::SeaOrmUnitsOfWork;

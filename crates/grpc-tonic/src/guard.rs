@@ -1,0 +1,252 @@
+//! The server side: a keyed mutation runs exactly once, whatever the client resends.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use grpc_core_api::{
+    ClaimOutcome, Completion, GrpcMethod, GrpcOperationIdentity, IdempotencyKey, InvalidInput,
+    KeyHasher, LeaseDuration, LedgerError, LedgerUnitsOfWork, OutcomeReference,
+    REPLAYED_METADATA_KEY, RecordedFailure, RequestFingerprint,
+};
+use prost::Message;
+use tonic::metadata::{MetadataMap, MetadataValue};
+use tonic::{Extensions, Request, Response, Status};
+
+use crate::{AuthenticatedPrincipalExtractor, CallerExtractor, IDEMPOTENCY_KEY_HEADER};
+
+/// How the guard reads and protects keyed mutations.
+#[derive(Debug, Clone)]
+pub struct GuardConfig {
+    /// The request metadata holding the idempotency key.
+    pub key_header: String,
+    /// How long a claim protects its owner before another attempt may take it over. With the
+    /// claim, the business write and the transition in one transaction, the lease matters only if
+    /// that transaction outlives it.
+    pub lease: LeaseDuration,
+    /// How keys are hashed before they are stored; keyed hashing with a server secret keeps a
+    /// stolen ledger from revealing short keys.
+    pub hasher: KeyHasher,
+}
+
+impl GuardConfig {
+    /// The default header and a 30 s lease, with `hasher`.
+    pub fn new(hasher: KeyHasher) -> Self {
+        Self {
+            key_header: IDEMPOTENCY_KEY_HEADER.to_owned(),
+            lease: LeaseDuration::new(Duration::from_secs(30)).expect("30 s is a valid lease"),
+            hasher,
+        }
+    }
+}
+
+/// What a handler returns when its business write succeeded: the response, and the reference a
+/// replay will rebuild it from.
+#[derive(Debug, Clone)]
+pub struct Committed<R> {
+    /// The response to send.
+    pub response: R,
+    /// Where the result lives (a payment id), stored with the committed claim.
+    pub outcome: OutcomeReference,
+}
+
+/// How a handler failed.
+#[derive(Debug, Clone)]
+pub enum HandlerError {
+    /// A business refusal that a retry must see again (insufficient funds): recorded with the
+    /// claim, committed, and replayed to every duplicate. The handler should have written nothing
+    /// it does not mean to keep, since the unit of work commits.
+    Terminal(Status),
+    /// A fault that a retry may not meet again (a dependency timed out): the unit of work rolls
+    /// back, claim included, so a retry runs afresh.
+    Transient(Status),
+}
+
+/// Runs keyed mutations exactly once, inside units of work of the ledger's store.
+pub struct KeyedMutationGuard<U> {
+    units: Arc<U>,
+    config: GuardConfig,
+    callers: Arc<dyn CallerExtractor>,
+}
+
+impl<U> Clone for KeyedMutationGuard<U> {
+    fn clone(&self) -> Self {
+        Self {
+            units: Arc::clone(&self.units),
+            config: self.config.clone(),
+            callers: Arc::clone(&self.callers),
+        }
+    }
+}
+
+impl<U> KeyedMutationGuard<U>
+where
+    U: LedgerUnitsOfWork + 'static,
+{
+    /// A guard over `units` that takes the caller from an [`crate::AuthenticatedPrincipal`].
+    pub fn new(units: U, config: GuardConfig) -> Self {
+        Self {
+            units: Arc::new(units),
+            config,
+            callers: Arc::new(AuthenticatedPrincipalExtractor),
+        }
+    }
+
+    /// Replaces how the caller is derived.
+    pub fn with_caller_extractor(mut self, callers: impl CallerExtractor + 'static) -> Self {
+        self.callers = Arc::new(callers);
+        self
+    }
+
+    /// The units of work, for handlers that need the store outside a guarded call.
+    pub fn units(&self) -> &U {
+        &self.units
+    }
+
+    /// The identity of a call to `method`: its caller (from an authenticated source), the method,
+    /// and the hash of its idempotency key. Refusals are INVALID_ARGUMENT with `ErrorInfo`.
+    pub fn identity(
+        &self,
+        method: &GrpcMethod,
+        metadata: &MetadataMap,
+        extensions: &Extensions,
+    ) -> Result<GrpcOperationIdentity, Status> {
+        let key = metadata
+            .get(self.config.key_header.as_str())
+            .ok_or(LedgerError::from(InvalidInput::KeyMissing))?;
+        let key = IdempotencyKey::parse_bytes(key.as_bytes()).map_err(LedgerError::from)?;
+        let caller = self.callers.caller(metadata, extensions).ok_or_else(|| {
+            Status::unauthenticated("a keyed mutation needs an authenticated caller")
+        })?;
+        Ok(GrpcOperationIdentity::new(
+            caller,
+            method.clone(),
+            self.config.hasher.hash(&key),
+        ))
+    }
+
+    /// Runs `handler` once per identity: claim, handler (its writes on the unit's transaction),
+    /// transition, commit. A duplicate gets `replay` of the stored outcome (or the stored
+    /// failure) with `idempotent-replayed: true`; a key reused with another request is
+    /// FAILED_PRECONDITION; an operation still in flight is ABORTED with a retry delay.
+    ///
+    /// The handler and the replay receive the unit's transaction as an `Arc`; they must not keep
+    /// it past their future, since the guard commits or rolls it back afterwards.
+    pub async fn run<M, R, H, HF, P, PF>(
+        &self,
+        method: &GrpcMethod,
+        request: Request<M>,
+        handler: H,
+        replay: P,
+    ) -> Result<Response<R>, Status>
+    where
+        M: Message + Send,
+        R: Send,
+        H: FnOnce(Arc<U::Transaction>, M) -> HF + Send,
+        HF: Future<Output = Result<Committed<R>, HandlerError>> + Send,
+        P: FnOnce(Arc<U::Transaction>, OutcomeReference) -> PF + Send,
+        PF: Future<Output = Result<R, Status>> + Send,
+    {
+        let (metadata, extensions, message) = request.into_parts();
+        let identity = self.identity(method, &metadata, &extensions)?;
+        let fingerprint = RequestFingerprint::of(&message.encode_to_vec());
+        let transaction = Arc::new(self.units.begin().await.map_err(Status::from)?);
+        let claim = self
+            .units
+            .ledger(&transaction)
+            .claim(&identity, &fingerprint, self.config.lease)
+            .await;
+        match claim {
+            Err(error) => {
+                tracing::debug!(method = %method, %error, "claim refused");
+                self.end(transaction, false).await?;
+                Err(error.into())
+            }
+            Ok(ClaimOutcome::InProgress { retry_after, .. }) => {
+                tracing::debug!(method = %method, ?retry_after, "operation in flight elsewhere");
+                self.end(transaction, false).await?;
+                Err(LedgerError::InFlight { retry_after }.into())
+            }
+            Ok(ClaimOutcome::Completed(record)) => {
+                tracing::debug!(method = %method, state = %record.state(), "replaying a finished operation");
+                let answer = match record.finished {
+                    Some((_, Completion::Committed(outcome))) => {
+                        replay(Arc::clone(&transaction), outcome)
+                            .await
+                            .map(replayed)
+                    }
+                    Some((_, Completion::Failed(failure))) => Err(replayed_failure(&failure)),
+                    None => Err(Status::internal("a completed operation has no outcome")),
+                };
+                self.end(transaction, false).await?;
+                answer
+            }
+            Ok(ClaimOutcome::Claimed { version, took_over }) => {
+                tracing::debug!(method = %method, took_over, "claimed; running the handler");
+                match handler(Arc::clone(&transaction), message).await {
+                    Ok(Committed { response, outcome }) => {
+                        let marked = self
+                            .units
+                            .ledger(&transaction)
+                            .mark_committed(&identity, version, &outcome)
+                            .await;
+                        if let Err(error) = marked {
+                            self.end(transaction, false).await?;
+                            return Err(error.into());
+                        }
+                        self.end(transaction, true).await?;
+                        Ok(Response::new(response))
+                    }
+                    Err(HandlerError::Terminal(status)) => {
+                        let failure = RecordedFailure::new(status.code(), status.message())
+                            .map_err(|_| {
+                                Status::internal("a terminal failure needs a non-OK status")
+                            })?;
+                        let marked = self
+                            .units
+                            .ledger(&transaction)
+                            .mark_failed(&identity, version, &failure)
+                            .await;
+                        if let Err(error) = marked {
+                            self.end(transaction, false).await?;
+                            return Err(error.into());
+                        }
+                        self.end(transaction, true).await?;
+                        Err(status)
+                    }
+                    Err(HandlerError::Transient(status)) => {
+                        self.end(transaction, false).await?;
+                        Err(status)
+                    }
+                }
+            }
+        }
+    }
+
+    /// Commits or rolls back the unit of work the guard began.
+    async fn end(&self, transaction: Arc<U::Transaction>, commit: bool) -> Result<(), Status> {
+        let transaction = Arc::try_unwrap(transaction).map_err(|_| {
+            Status::internal("a handler kept the unit of work's transaction past its call")
+        })?;
+        let ended = if commit {
+            self.units.commit(transaction).await
+        } else {
+            self.units.rollback(transaction).await
+        };
+        ended.map_err(Status::from)
+    }
+}
+
+fn replayed<R>(response: R) -> Response<R> {
+    let mut response = Response::new(response);
+    response
+        .metadata_mut()
+        .insert(REPLAYED_METADATA_KEY, MetadataValue::from_static("true"));
+    response
+}
+
+fn replayed_failure(failure: &RecordedFailure) -> Status {
+    let mut metadata = MetadataMap::new();
+    metadata.insert(REPLAYED_METADATA_KEY, MetadataValue::from_static("true"));
+    Status::with_metadata(failure.code(), failure.message(), metadata)
+}

@@ -1,0 +1,23 @@
+//! The tonic adapter: the driving side of the hexagon.
+//!
+//! - [`KeyedMutationGuard`] (server): reads the idempotency key from request metadata, derives the
+//!   caller from an authenticated source, fingerprints the request, and runs the handler inside a
+//!   unit of work of the ledger's store: claim, business write, transition, commit. A duplicate
+//!   replays the recorded outcome with `idempotent-replayed: true`.
+//! - [`RetryExecutor`] (client): retries a call as `grpc_policy` decides, with the shared budget,
+//!   jittered backoff and server pushback, and resolves the completion of a keyed mutation whose
+//!   outcome is unknown before resending it. Every decision is a `tracing` event with its reason.
+
+mod caller;
+mod executor;
+mod guard;
+
+pub use caller::{
+    AuthenticatedPrincipal, AuthenticatedPrincipalExtractor, CallerExtractor,
+    ClientAssertedHeaderExtractor,
+};
+pub use executor::{ExecutorStats, Resolution, RetryExecutor, RetrySettings};
+pub use guard::{Committed, GuardConfig, HandlerError, KeyedMutationGuard};
+
+/// The request metadata that carries the caller's idempotency key, unless configured otherwise.
+pub const IDEMPOTENCY_KEY_HEADER: &str = "idempotency-key";

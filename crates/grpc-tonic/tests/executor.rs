@@ -1,0 +1,265 @@
+//! The client-side executor over scripted attempts: what it resends, what it resolves first, and
+//! what it refuses.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use grpc_core_api::{IdempotencyKey, LedgerDurability, REPLAYED_METADATA_KEY};
+use grpc_policy::{
+    CodeSet, GrpcRetryBudget, GrpcRetryOwner, MethodClass, RetryPolicy, RetryThrottling,
+};
+use grpc_tonic::{Resolution, RetryExecutor, RetrySettings};
+use tonic::{Code, Request, Response, Status};
+
+fn executor(owner: GrpcRetryOwner, ledger: LedgerDurability) -> RetryExecutor {
+    let policy = RetryPolicy::new(
+        4,
+        Duration::from_millis(1),
+        Duration::from_millis(5),
+        2.0,
+        CodeSet::of(&[Code::Unavailable, Code::DeadlineExceeded, Code::Aborted]),
+    )
+    .unwrap();
+    let settings = RetrySettings {
+        owner,
+        policy,
+        server_ledger: ledger,
+        max_resolutions: 3,
+    };
+    RetryExecutor::new(
+        settings,
+        Arc::new(GrpcRetryBudget::new(
+            &RetryThrottling::new(10, 0.1).unwrap(),
+        )),
+    )
+}
+
+/// What one attempt carried: its idempotency key and `grpc-previous-rpc-attempts`.
+type Seen = (Option<String>, Option<String>);
+
+/// A scripted server: each attempt pops the next answer, and records what it was sent.
+#[derive(Clone, Default)]
+struct Script {
+    answers: Arc<Mutex<VecDeque<Result<String, Status>>>>,
+    seen: Arc<Mutex<Vec<Seen>>>,
+}
+
+impl Script {
+    fn new(answers: Vec<Result<&str, Status>>) -> Self {
+        let answers = answers.into_iter().map(|a| a.map(str::to_owned)).collect();
+        Self {
+            answers: Arc::new(Mutex::new(answers)),
+            seen: Arc::default(),
+        }
+    }
+
+    fn call(
+        &self,
+    ) -> impl FnMut(Request<u32>) -> std::future::Ready<Result<Response<String>, Status>> + '_ {
+        move |request: Request<u32>| {
+            let header = |name: &str| {
+                request
+                    .metadata()
+                    .get(name)
+                    .map(|v| v.to_str().unwrap().to_owned())
+            };
+            self.seen.lock().unwrap().push((
+                header("idempotency-key"),
+                header("grpc-previous-rpc-attempts"),
+            ));
+            let answer = self
+                .answers
+                .lock()
+                .unwrap()
+                .pop_front()
+                .expect("no more scripted answers");
+            std::future::ready(answer.map(Response::new))
+        }
+    }
+
+    fn attempts(&self) -> usize {
+        self.seen.lock().unwrap().len()
+    }
+}
+
+fn no_resolver() -> impl FnMut() -> std::future::Ready<Result<Resolution<String>, Status>> {
+    || panic!("the resolver must not be asked here")
+}
+
+#[tokio::test]
+async fn an_idempotent_call_is_retried_with_the_same_key_and_attempt_counts() {
+    let script = Script::new(vec![
+        Err(Status::unavailable("down")),
+        Err(Status::unavailable("down")),
+        Ok("done"),
+    ]);
+    let key = IdempotencyKey::parse("k-1").unwrap();
+    let executor = executor(GrpcRetryOwner::Application, LedgerDurability::Durable);
+    let answer = executor
+        .call(
+            MethodClass::Idempotent,
+            7u32,
+            Some(&key),
+            None,
+            script.call(),
+            no_resolver(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(answer.get_ref(), "done");
+    let seen = script.seen.lock().unwrap().clone();
+    assert_eq!(
+        seen,
+        vec![
+            (Some("k-1".into()), None),
+            (Some("k-1".into()), Some("1".into())),
+            (Some("k-1".into()), Some("2".into())),
+        ]
+    );
+}
+
+#[tokio::test]
+async fn a_non_idempotent_call_is_never_resent() {
+    let script = Script::new(vec![Err(Status::unavailable("down"))]);
+    let executor = executor(GrpcRetryOwner::Application, LedgerDurability::Durable);
+    let status = executor
+        .call(
+            MethodClass::NonIdempotent,
+            7u32,
+            None,
+            None,
+            script.call(),
+            no_resolver(),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::Unavailable);
+    assert_eq!(script.attempts(), 1);
+    assert_eq!(executor.stats().refusals().get("NotIdempotent"), Some(&1));
+}
+
+#[tokio::test]
+async fn a_keyed_mutation_with_unknown_outcome_is_resolved_not_resent() {
+    let script = Script::new(vec![Err(Status::deadline_exceeded("lost"))]);
+    let key = IdempotencyKey::parse("k-2").unwrap();
+    let executor = executor(GrpcRetryOwner::Application, LedgerDurability::Durable);
+    let answers = Arc::new(Mutex::new(VecDeque::from([
+        Resolution::InProgress(Duration::from_millis(1)),
+        Resolution::Committed("payment-2".to_owned()),
+    ])));
+    let answer = executor
+        .call(
+            MethodClass::KeyedMutation,
+            7u32,
+            Some(&key),
+            Some(Duration::from_secs(5)),
+            script.call(),
+            || std::future::ready(Ok(answers.lock().unwrap().pop_front().unwrap())),
+        )
+        .await
+        .unwrap();
+    assert_eq!(answer.get_ref(), "payment-2");
+    assert_eq!(
+        answer.metadata().get(REPLAYED_METADATA_KEY).unwrap(),
+        "true"
+    );
+    assert_eq!(script.attempts(), 1, "resolved from the record, not resent");
+}
+
+#[tokio::test]
+async fn a_keyed_mutation_that_never_committed_is_resent_with_the_same_key() {
+    let script = Script::new(vec![Err(Status::unavailable("lost")), Ok("payment-3")]);
+    let key = IdempotencyKey::parse("k-3").unwrap();
+    let executor = executor(GrpcRetryOwner::Application, LedgerDurability::Durable);
+    let answer = executor
+        .call(
+            MethodClass::KeyedMutation,
+            7u32,
+            Some(&key),
+            None,
+            script.call(),
+            || std::future::ready(Ok(Resolution::NotFound)),
+        )
+        .await
+        .unwrap();
+    assert_eq!(answer.get_ref(), "payment-3");
+    let seen = script.seen.lock().unwrap().clone();
+    assert_eq!(seen[1].0.as_deref(), Some("k-3"));
+    assert_eq!(
+        executor
+            .stats()
+            .resolved_first
+            .load(std::sync::atomic::Ordering::Relaxed),
+        1
+    );
+}
+
+#[tokio::test]
+async fn keyed_mutations_are_refused_without_a_durable_ledger_or_a_key_and_mesh_owns_nothing_here()
+{
+    let key = IdempotencyKey::parse("k-4").unwrap();
+    let cases = [
+        (
+            GrpcRetryOwner::Application,
+            LedgerDurability::Volatile,
+            Some(&key),
+            "NoDurableLedger",
+        ),
+        (
+            GrpcRetryOwner::Application,
+            LedgerDurability::Durable,
+            None,
+            "MissingKey",
+        ),
+        (
+            GrpcRetryOwner::Mesh,
+            LedgerDurability::Durable,
+            Some(&key),
+            "NotOwner",
+        ),
+    ];
+    for (owner, ledger, key, reason) in cases {
+        let script = Script::new(vec![Err(Status::unavailable("lost"))]);
+        let executor = executor(owner, ledger);
+        executor
+            .call(
+                MethodClass::KeyedMutation,
+                7u32,
+                key,
+                None,
+                script.call(),
+                no_resolver(),
+            )
+            .await
+            .unwrap_err();
+        assert_eq!(script.attempts(), 1);
+        assert_eq!(
+            executor.stats().refusals().get(reason),
+            Some(&1),
+            "{reason}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn server_pushback_that_says_stop_is_obeyed() {
+    let mut status = Status::unavailable("overloaded");
+    status
+        .metadata_mut()
+        .insert("grpc-retry-pushback-ms", "-1".parse().unwrap());
+    let script = Script::new(vec![Err(status)]);
+    let executor = executor(GrpcRetryOwner::Application, LedgerDurability::Durable);
+    executor
+        .call(
+            MethodClass::Idempotent,
+            7u32,
+            None,
+            None,
+            script.call(),
+            no_resolver(),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(script.attempts(), 1);
+}

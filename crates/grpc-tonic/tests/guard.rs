@@ -1,0 +1,392 @@
+//! The server-side guard on the in-memory units of work, and its fault paths with the mocked
+//! ledger port.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use grpc_core_api::*;
+use grpc_ledger_contract_tests::{InMemoryStore, InMemoryUnit};
+use grpc_tonic::{
+    AuthenticatedPrincipal, Committed, GuardConfig, HandlerError, KeyedMutationGuard,
+};
+use tonic::{Code, Request, Status};
+use tonic_types::StatusExt;
+
+/// A protobuf message standing in for a generated request type.
+#[derive(Clone, PartialEq, prost::Message)]
+struct Pay {
+    #[prost(int64, tag = "1")]
+    amount: i64,
+}
+
+fn method() -> GrpcMethod {
+    GrpcMethod::parse("/payments.v1.Payments/CreatePayment").unwrap()
+}
+
+fn request(amount: i64, key: Option<&str>, principal: Option<&str>) -> Request<Pay> {
+    let mut request = Request::new(Pay { amount });
+    if let Some(key) = key {
+        request
+            .metadata_mut()
+            .insert("idempotency-key", key.parse().unwrap());
+    }
+    if let Some(principal) = principal {
+        request
+            .extensions_mut()
+            .insert(AuthenticatedPrincipal(principal.as_bytes().to_vec()));
+    }
+    request
+}
+
+fn guard(store: &InMemoryStore) -> KeyedMutationGuard<InMemoryStore> {
+    KeyedMutationGuard::new(store.clone(), GuardConfig::new(KeyHasher::Sha256))
+}
+
+/// Runs a payment through the guard; the handler writes one business row named after the amount.
+async fn pay(
+    guard: &KeyedMutationGuard<InMemoryStore>,
+    request: Request<Pay>,
+    runs: &AtomicU32,
+    outcome: Result<(), HandlerError>,
+) -> Result<tonic::Response<String>, Status> {
+    guard
+        .run(
+            &method(),
+            request,
+            |unit: Arc<InMemoryUnit>, pay: Pay| async move {
+                runs.fetch_add(1, Ordering::SeqCst);
+                outcome?;
+                unit.write_business(&format!("payment-{}", pay.amount));
+                Ok(Committed {
+                    response: format!("payment-{}", pay.amount),
+                    outcome: OutcomeReference::parse(&format!("payment-{}", pay.amount)).unwrap(),
+                })
+            },
+            |_unit, outcome: OutcomeReference| async move { Ok(outcome.as_str().to_owned()) },
+        )
+        .await
+}
+
+#[tokio::test]
+async fn a_duplicate_replays_and_the_handler_runs_once() {
+    let store = InMemoryStore::new(Duration::from_millis(200));
+    let guard = guard(&store);
+    let runs = AtomicU32::new(0);
+    let first = pay(
+        &guard,
+        request(10, Some("k-1"), Some("tenant-a")),
+        &runs,
+        Ok(()),
+    )
+    .await
+    .unwrap();
+    assert_eq!(first.get_ref(), "payment-10");
+    assert!(first.metadata().get(REPLAYED_METADATA_KEY).is_none());
+    let again = pay(
+        &guard,
+        request(10, Some("k-1"), Some("tenant-a")),
+        &runs,
+        Ok(()),
+    )
+    .await
+    .unwrap();
+    assert_eq!(again.get_ref(), "payment-10");
+    assert_eq!(again.metadata().get(REPLAYED_METADATA_KEY).unwrap(), "true");
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    assert_eq!(store.committed_business(), vec!["payment-10"]);
+}
+
+#[tokio::test]
+async fn a_changed_body_under_the_same_key_is_failed_precondition() {
+    let store = InMemoryStore::new(Duration::from_millis(200));
+    let guard = guard(&store);
+    let runs = AtomicU32::new(0);
+    pay(
+        &guard,
+        request(10, Some("k-1"), Some("tenant-a")),
+        &runs,
+        Ok(()),
+    )
+    .await
+    .unwrap();
+    let status = pay(
+        &guard,
+        request(99, Some("k-1"), Some("tenant-a")),
+        &runs,
+        Ok(()),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(status.code(), Code::FailedPrecondition);
+    assert_eq!(
+        status.get_details_error_info().unwrap().reason,
+        "IDEMPOTENCY_KEY_REUSED"
+    );
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn a_missing_or_bad_key_is_invalid_argument_and_runs_nothing() {
+    let store = InMemoryStore::new(Duration::from_millis(200));
+    let guard = guard(&store);
+    let runs = AtomicU32::new(0);
+    let missing = pay(&guard, request(10, None, Some("tenant-a")), &runs, Ok(()))
+        .await
+        .unwrap_err();
+    assert_eq!(missing.code(), Code::InvalidArgument);
+    assert_eq!(
+        missing.get_details_error_info().unwrap().reason,
+        "IDEMPOTENCY_KEY_MISSING"
+    );
+    let long = "k".repeat(256);
+    let bad = pay(
+        &guard,
+        request(10, Some(&long), Some("tenant-a")),
+        &runs,
+        Ok(()),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(bad.code(), Code::InvalidArgument);
+    assert_eq!(
+        bad.get_details_error_info().unwrap().reason,
+        "IDEMPOTENCY_KEY_INVALID"
+    );
+    assert!(
+        !bad.message().contains(&long),
+        "no key material in messages"
+    );
+    assert_eq!(runs.load(Ordering::SeqCst), 0);
+}
+
+/// A client cannot pick its caller identity with a header: the default extractor reads only what
+/// an authentication layer put in the extensions, so another caller's operation is neither
+/// replayed to it nor blocked by it.
+#[tokio::test]
+async fn a_fake_caller_header_cannot_replay_or_block_another_callers_operation() {
+    let store = InMemoryStore::new(Duration::from_millis(200));
+    let guard = guard(&store);
+    let runs = AtomicU32::new(0);
+    pay(
+        &guard,
+        request(10, Some("shared"), Some("tenant-a")),
+        &runs,
+        Ok(()),
+    )
+    .await
+    .unwrap();
+    let mut forged = request(10, Some("shared"), Some("tenant-b"));
+    forged
+        .metadata_mut()
+        .insert("x-caller", "tenant-a".parse().unwrap());
+    let answer = pay(&guard, forged, &runs, Ok(())).await.unwrap();
+    assert!(
+        answer.metadata().get(REPLAYED_METADATA_KEY).is_none(),
+        "not tenant-a's replay"
+    );
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        2,
+        "tenant-b's payment ran as its own"
+    );
+    let anonymous = pay(&guard, request(10, Some("shared"), None), &runs, Ok(()))
+        .await
+        .unwrap_err();
+    assert_eq!(anonymous.code(), Code::Unauthenticated);
+}
+
+#[tokio::test]
+async fn a_terminal_failure_is_recorded_and_replayed_a_transient_one_rolls_back() {
+    let store = InMemoryStore::new(Duration::from_millis(200));
+    let guard = guard(&store);
+    let runs = AtomicU32::new(0);
+    let refused = Status::failed_precondition("insufficient funds");
+    let first = pay(
+        &guard,
+        request(10, Some("t"), Some("a")),
+        &runs,
+        Err(HandlerError::Terminal(refused)),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(
+        (first.code(), first.message()),
+        (Code::FailedPrecondition, "insufficient funds")
+    );
+    let replay = pay(&guard, request(10, Some("t"), Some("a")), &runs, Ok(()))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        (replay.code(), replay.message()),
+        (Code::FailedPrecondition, "insufficient funds")
+    );
+    assert_eq!(
+        replay.metadata().get(REPLAYED_METADATA_KEY).unwrap(),
+        "true"
+    );
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+
+    let flaky = Status::unavailable("dependency timed out");
+    pay(
+        &guard,
+        request(20, Some("u"), Some("a")),
+        &runs,
+        Err(HandlerError::Transient(flaky)),
+    )
+    .await
+    .unwrap_err();
+    let retried = pay(&guard, request(20, Some("u"), Some("a")), &runs, Ok(()))
+        .await
+        .unwrap();
+    assert_eq!(retried.get_ref(), "payment-20", "the retry ran afresh");
+    assert_eq!(runs.load(Ordering::SeqCst), 3);
+}
+
+/// Units of work whose ledger is a mock, to drive the fault paths.
+struct MockUnits {
+    make: Box<dyn Fn() -> MockGrpcOperationLedger + Send + Sync>,
+    commits: AtomicU32,
+    rollbacks: AtomicU32,
+}
+
+#[async_trait]
+impl LedgerUnitsOfWork for MockUnits {
+    type Transaction = ();
+    async fn begin(&self) -> Result<(), LedgerError> {
+        Ok(())
+    }
+    fn ledger<'t>(&self, _: &'t ()) -> Box<dyn GrpcOperationLedger + 't> {
+        Box::new((self.make)())
+    }
+    async fn commit(&self, _: ()) -> Result<(), LedgerError> {
+        self.commits.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    }
+    async fn rollback(&self, _: ()) -> Result<(), LedgerError> {
+        self.rollbacks.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    }
+    fn durability(&self) -> LedgerDurability {
+        LedgerDurability::Durable
+    }
+}
+
+fn claimed() -> ClaimOutcome {
+    ClaimOutcome::Claimed {
+        version: Version::FIRST,
+        took_over: false,
+    }
+}
+
+async fn run_mocked(
+    make: impl Fn() -> MockGrpcOperationLedger + Send + Sync + 'static,
+) -> (Result<tonic::Response<String>, Status>, u32, u32, u32) {
+    let units = MockUnits {
+        make: Box::new(make),
+        commits: AtomicU32::new(0),
+        rollbacks: AtomicU32::new(0),
+    };
+    let guard = KeyedMutationGuard::new(units, GuardConfig::new(KeyHasher::Sha256));
+    let runs = Arc::new(AtomicU32::new(0));
+    let counter = Arc::clone(&runs);
+    let answer = guard
+        .run(
+            &method(),
+            request(1, Some("k"), Some("a")),
+            |_unit, _pay: Pay| async move {
+                counter.fetch_add(1, Ordering::SeqCst);
+                Ok(Committed {
+                    response: "ok".to_owned(),
+                    outcome: OutcomeReference::parse("p").unwrap(),
+                })
+            },
+            |_unit, _outcome| async move { Ok("replayed".to_owned()) },
+        )
+        .await;
+    let units = guard.units();
+    (
+        answer,
+        runs.load(Ordering::SeqCst),
+        units.commits.load(Ordering::SeqCst),
+        units.rollbacks.load(Ordering::SeqCst),
+    )
+}
+
+#[tokio::test]
+async fn ledger_unavailable_during_claim_is_unavailable_and_runs_nothing() {
+    let (answer, runs, commits, rollbacks) = run_mocked(|| {
+        let mut ledger = MockGrpcOperationLedger::new();
+        ledger
+            .expect_claim()
+            .returning(|_, _, _| Err(LedgerError::unavailable(UnavailableKind::ConnectionLost)));
+        ledger
+    })
+    .await;
+    assert_eq!(answer.unwrap_err().code(), Code::Unavailable);
+    assert_eq!((runs, commits, rollbacks), (0, 0, 1));
+}
+
+#[tokio::test]
+async fn ledger_unavailable_during_commit_rolls_back_and_is_unavailable() {
+    let (answer, runs, commits, rollbacks) = run_mocked(|| {
+        let mut ledger = MockGrpcOperationLedger::new();
+        ledger.expect_claim().returning(|_, _, _| Ok(claimed()));
+        ledger
+            .expect_mark_committed()
+            .returning(|_, _, _| Err(LedgerError::unavailable(UnavailableKind::ConnectionLost)));
+        ledger
+    })
+    .await;
+    assert_eq!(answer.unwrap_err().code(), Code::Unavailable);
+    assert_eq!(
+        (runs, commits, rollbacks),
+        (1, 0, 1),
+        "the business write is rolled back with the claim"
+    );
+}
+
+#[tokio::test]
+async fn lost_ownership_at_commit_rolls_back_and_is_aborted() {
+    let (answer, runs, commits, rollbacks) = run_mocked(|| {
+        let mut ledger = MockGrpcOperationLedger::new();
+        ledger.expect_claim().returning(|_, _, _| Ok(claimed()));
+        ledger.expect_mark_committed().returning(|_, _, _| {
+            Err(LedgerError::LostOwnership {
+                expected: Version::FIRST,
+                current: Version::FIRST.next(),
+            })
+        });
+        ledger
+    })
+    .await;
+    let status = answer.unwrap_err();
+    assert_eq!(status.code(), Code::Aborted);
+    assert_eq!(
+        status.get_details_error_info().unwrap().reason,
+        "IDEMPOTENCY_OWNERSHIP_LOST"
+    );
+    assert_eq!((runs, commits, rollbacks), (1, 0, 1));
+}
+
+#[tokio::test]
+async fn an_operation_in_flight_is_aborted_with_a_retry_delay() {
+    let (answer, runs, _, rollbacks) = run_mocked(|| {
+        let mut ledger = MockGrpcOperationLedger::new();
+        ledger.expect_claim().returning(|_, _, _| {
+            Err(LedgerError::InFlight {
+                retry_after: Duration::from_millis(1500),
+            })
+        });
+        ledger
+    })
+    .await;
+    let status = answer.unwrap_err();
+    assert_eq!(status.code(), Code::Aborted);
+    assert_eq!(
+        status.get_details_retry_info().unwrap().retry_delay,
+        Some(Duration::from_millis(1500))
+    );
+    assert_eq!((runs, rollbacks), (0, 1));
+}
