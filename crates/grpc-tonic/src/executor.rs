@@ -13,7 +13,7 @@ use grpc_policy::{
     MethodClass, RefusalReason, RetryPolicy, ServiceConfig, SplitMix64, Verdict, parse_pushback,
 };
 use tonic::metadata::{AsciiMetadataValue, MetadataValue};
-use tonic::{Request, Response, Status};
+use tonic::{Code, Request, Response, Status};
 
 use crate::IDEMPOTENCY_KEY_HEADER;
 
@@ -28,6 +28,16 @@ pub enum Resolution<R> {
     InProgress(Duration),
     /// It never committed: sending it again with the same key is safe.
     NotFound,
+}
+
+/// The status code the policy should judge. tonic reports its own client-side timeout as
+/// CANCELLED ("Timeout expired"); an attempt cancelled once its time limit had passed ran out of
+/// time, which is DEADLINE_EXCEEDED to the policy: its outcome is unknown, not abandoned.
+fn observed_code(status: &Status, elapsed: Duration, limit: Option<Duration>) -> Code {
+    match (status.code(), limit) {
+        (Code::Cancelled, Some(limit)) if elapsed >= limit => Code::DeadlineExceeded,
+        (code, _) => code,
+    }
 }
 
 /// Counters a caller can read to see what the executor did.
@@ -71,6 +81,9 @@ pub struct RetrySettings {
     pub server_ledger: LedgerDurability,
     /// How many times a resolution that says "in progress" is asked again before giving up.
     pub max_resolutions: u32,
+    /// The time limit of one attempt (the service config's `timeout`); the call's own deadline
+    /// still bounds the whole call.
+    pub attempt_timeout: Option<Duration>,
 }
 
 impl RetrySettings {
@@ -87,6 +100,7 @@ impl RetrySettings {
             policy: entry.retry_policy.clone()?,
             server_ledger,
             max_resolutions: 10,
+            attempt_timeout: entry.timeout,
         })
     }
 }
@@ -179,11 +193,16 @@ impl RetryExecutor {
                 );
                 self.stats.retries.fetch_add(1, Ordering::Relaxed);
             }
-            if let Some(remaining) = remaining {
-                request.set_timeout(remaining);
+            let attempt_limit = match (remaining, self.settings.attempt_timeout) {
+                (Some(remaining), Some(limit)) => Some(remaining.min(limit)),
+                (remaining, limit) => remaining.or(limit),
+            };
+            if let Some(limit) = attempt_limit {
+                request.set_timeout(limit);
             }
             sent_attempts += 1;
             self.stats.attempts.fetch_add(1, Ordering::Relaxed);
+            let attempt_started = Instant::now();
             let status = match call(request).await {
                 Ok(response) => {
                     self.budget.record_success();
@@ -194,7 +213,8 @@ impl RetryExecutor {
                 }
                 Err(status) => status,
             };
-            if retryable.contains(status.code()) {
+            let code = observed_code(&status, attempt_started.elapsed(), attempt_limit);
+            if retryable.contains(code) {
                 self.budget.record_failure();
             }
             let pushback = status
@@ -213,7 +233,7 @@ impl RetryExecutor {
                 owner: self.settings.owner,
                 class,
                 evidence: Evidence::Sent,
-                code: status.code(),
+                code,
                 retryable,
                 has_key: key.is_some(),
                 ledger: self.settings.server_ledger,
@@ -226,7 +246,7 @@ impl RetryExecutor {
             let verdict = GrpcRetryEligibility::decide(&facts);
             tracing::info!(
                 attempt = sent_attempts,
-                code = ?status.code(),
+                code = ?code,
                 class = ?class,
                 %verdict,
                 "retry decision"

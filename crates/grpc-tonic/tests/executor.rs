@@ -26,6 +26,7 @@ fn executor(owner: GrpcRetryOwner, ledger: LedgerDurability) -> RetryExecutor {
         policy,
         server_ledger: ledger,
         max_resolutions: 3,
+        attempt_timeout: None,
     };
     RetryExecutor::new(
         settings,

@@ -1,0 +1,295 @@
+//! The client workload and the reconciliation.
+
+use std::collections::HashSet;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use grpc_core_api::{IdempotencyKey, LedgerDurability};
+use grpc_policy::{
+    GrpcRetryBudget, GrpcRetryOwner, GrpcRetryOwnershipValidator, GrpcServiceConfigPolicy,
+    MethodCatalog, MethodClass, Severity,
+};
+use grpc_tonic::{IDEMPOTENCY_KEY_HEADER, Resolution, RetryExecutor, RetrySettings};
+use sea_orm::{ConnectionTrait, DatabaseConnection};
+use tokio::sync::Semaphore;
+use tonic::metadata::AsciiMetadataValue;
+use tonic::transport::Channel;
+use tonic::{Code, Request, Status};
+
+use crate::pb::payments_client::PaymentsClient;
+use crate::pb::resolve_payment_response::State;
+use crate::pb::{CreatePaymentRequest, Payment, ResolvePaymentRequest};
+use crate::server::{create_method, statement};
+use crate::{DEMO_TOKEN, DESCRIPTOR_SET, DemoReport, SERVICE_CONFIG};
+
+/// The workload.
+#[derive(Debug, Clone)]
+pub struct ClientOptions {
+    /// How many keyed payments to send.
+    pub payments: u64,
+    /// How many in flight at once.
+    pub concurrency: usize,
+    /// The deadline of one payment, retries included.
+    pub deadline: Duration,
+    /// Every n-th acknowledged key is resent with a changed body (0: never).
+    pub changed_body_every: u64,
+    /// Names this run's keys and accounts, so reruns on one database stay apart.
+    pub run_id: String,
+    /// Print a progress bar on stderr.
+    pub progress: bool,
+}
+
+type Client = PaymentsClient<
+    tonic::service::interceptor::InterceptedService<
+        Channel,
+        fn(Request<()>) -> Result<Request<()>, Status>,
+    >,
+>;
+
+fn with_token(mut request: Request<()>) -> Result<Request<()>, Status> {
+    let value: AsciiMetadataValue = format!("Bearer {DEMO_TOKEN}")
+        .parse()
+        .map_err(|_| Status::internal("token is not valid metadata"))?;
+    request.metadata_mut().insert("authorization", value);
+    Ok(request)
+}
+
+/// Reads the channel's retry settings from the service config, after checking it against the
+/// service's own descriptor set and the one-owner rule, as users' CI would with grpc-retry-lint.
+fn retry_settings() -> Result<(RetrySettings, Arc<GrpcRetryBudget>)> {
+    let owner = GrpcRetryOwner::Channel;
+    let config = GrpcServiceConfigPolicy::new(owner).parse(SERVICE_CONFIG)?;
+    let mut catalog = MethodCatalog::from_descriptor_set_bytes(DESCRIPTOR_SET)?;
+    catalog.mark_keyed_mutation(&create_method())?;
+    let findings = GrpcRetryOwnershipValidator::new(owner).validate(&config, &catalog);
+    if let Some(error) = findings.iter().find(|f| f.severity == Severity::Error) {
+        bail!("the demo's service config is unsafe: {error}");
+    }
+    let settings = RetrySettings::from_service_config(
+        &config,
+        &create_method(),
+        owner,
+        LedgerDurability::Durable,
+    )
+    .context("the service config has no retry policy for CreatePayment")?;
+    let throttling = config
+        .retry_throttling
+        .context("the service config has no retryThrottling")?;
+    Ok((settings, Arc::new(GrpcRetryBudget::new(&throttling))))
+}
+
+async fn resolve(
+    mut client: Client,
+    key: AsciiMetadataValue,
+) -> Result<Resolution<Payment>, Status> {
+    let mut request = Request::new(ResolvePaymentRequest {});
+    request.metadata_mut().insert(IDEMPOTENCY_KEY_HEADER, key);
+    request.set_timeout(Duration::from_secs(2));
+    let answer = client.resolve_payment(request).await?.into_inner();
+    Ok(match answer.state() {
+        State::Committed => match answer.payment {
+            Some(payment) => Resolution::Committed(payment),
+            None => {
+                return Err(Status::internal(
+                    "a committed payment came without its payment",
+                ));
+            }
+        },
+        State::Failed => Resolution::Failed(Status::new(
+            Code::from_i32(answer.failure_code),
+            answer.failure_message,
+        )),
+        State::InProgress => {
+            Resolution::InProgress(Duration::from_millis(answer.retry_after_ms.max(1) as u64))
+        }
+        State::NotFound => Resolution::NotFound,
+        State::Unspecified => return Err(Status::internal("the server answered no state")),
+    })
+}
+
+/// One acknowledged payment: what the client was told.
+struct Acknowledged {
+    account: String,
+    payment_id: String,
+}
+
+/// Sends the workload to the server at `addr` and reconciles the result against `db`.
+pub async fn run_client(
+    addr: SocketAddr,
+    options: &ClientOptions,
+    db: &DatabaseConnection,
+) -> Result<DemoReport> {
+    let channel = Channel::from_shared(format!("http://{addr}"))?
+        .connect()
+        .await?;
+    let client: Client = PaymentsClient::with_interceptor(channel, with_token as fn(_) -> _);
+    let (settings, budget) = retry_settings()?;
+    let executor = Arc::new(RetryExecutor::new(settings, budget));
+    let gate = Arc::new(Semaphore::new(options.concurrency.max(1)));
+    let mut tasks = Vec::new();
+    for n in 0..options.payments {
+        let permit = Arc::clone(&gate).acquire_owned().await?;
+        let (client, executor, task_options) =
+            (client.clone(), Arc::clone(&executor), options.clone());
+        tasks.push(tokio::spawn(async move {
+            let _permit = permit;
+            pay_once(n, client, &executor, &task_options).await
+        }));
+        if options.progress && (n + 1).is_multiple_of(100) {
+            progress(n + 1, options.payments);
+        }
+    }
+    let mut report = DemoReport {
+        calls: options.payments,
+        ..DemoReport::default()
+    };
+    let mut latencies = Vec::new();
+    let mut acknowledged = Vec::new();
+    for task in tasks {
+        let outcome = task.await?;
+        latencies.push(outcome.latency);
+        match outcome.acknowledged {
+            Some(ack) => acknowledged.push(ack),
+            None => report.failed += 1,
+        }
+        report.changed_body_refused += outcome.changed_body_refused;
+        report.changed_body_accepted += outcome.changed_body_accepted;
+    }
+    if options.progress {
+        progress(options.payments, options.payments);
+        eprintln!();
+    }
+    let stats = executor.stats();
+    report.acknowledged = acknowledged.len() as u64;
+    report.attempts = stats.attempts.load(Ordering::Relaxed);
+    report.retries = stats.retries.load(Ordering::Relaxed);
+    report.replays = stats.replays.load(Ordering::Relaxed);
+    report.resolved_first = stats.resolved_first.load(Ordering::Relaxed);
+    report.refused = stats.refusals().into_iter().collect();
+    latencies.sort();
+    let percentile = |p: f64| {
+        latencies
+            .get(((latencies.len() as f64 - 1.0) * p).round() as usize)
+            .copied()
+            .unwrap_or_default()
+    };
+    report.p50 = percentile(0.50);
+    report.p99 = percentile(0.99);
+    reconcile(db, &options.run_id, &acknowledged, &mut report).await?;
+    Ok(report)
+}
+
+fn progress(done: u64, total: u64) {
+    let width = 40;
+    let filled = (done * width / total.max(1)) as usize;
+    eprint!(
+        "\r[{}{}] {done}/{total}",
+        "#".repeat(filled),
+        " ".repeat(width as usize - filled)
+    );
+}
+
+struct PaymentOutcome {
+    latency: Duration,
+    acknowledged: Option<Acknowledged>,
+    changed_body_refused: u64,
+    changed_body_accepted: u64,
+}
+
+async fn pay_once(
+    n: u64,
+    client: Client,
+    executor: &RetryExecutor,
+    options: &ClientOptions,
+) -> PaymentOutcome {
+    let key_text = format!("{}-order-{n}", options.run_id);
+    let key = IdempotencyKey::parse(&key_text).expect("demo keys are visible ASCII");
+    let key_value: AsciiMetadataValue = key_text.parse().expect("demo keys are valid metadata");
+    let account = format!("acct-{}-{n}", options.run_id);
+    let message = CreatePaymentRequest {
+        account: account.clone(),
+        amount_minor: 100 + n as i64,
+    };
+    let started = Instant::now();
+    let answer = executor
+        .call(
+            MethodClass::KeyedMutation,
+            message.clone(),
+            Some(&key),
+            Some(options.deadline),
+            |request| {
+                let mut client = client.clone();
+                async move { client.create_payment(request).await }
+            },
+            || resolve(client.clone(), key_value.clone()),
+        )
+        .await;
+    let latency = started.elapsed();
+    let mut outcome = PaymentOutcome {
+        latency,
+        acknowledged: None,
+        changed_body_refused: 0,
+        changed_body_accepted: 0,
+    };
+    let Ok(response) = answer else { return outcome };
+    outcome.acknowledged = Some(Acknowledged {
+        account,
+        payment_id: response.into_inner().payment_id,
+    });
+    if options.changed_body_every > 0 && n.is_multiple_of(options.changed_body_every) {
+        let mut changed = Request::new(CreatePaymentRequest {
+            amount_minor: message.amount_minor + 1,
+            ..message
+        });
+        changed
+            .metadata_mut()
+            .insert(IDEMPOTENCY_KEY_HEADER, key_value);
+        changed.set_timeout(Duration::from_secs(2));
+        match client.clone().create_payment(changed).await {
+            Err(status) if status.code() == Code::FailedPrecondition => {
+                outcome.changed_body_refused = 1
+            }
+            Ok(_) => outcome.changed_body_accepted = 1,
+            // A dropped response or a timeout is not an answer about the key; it says nothing.
+            Err(_) => {}
+        }
+    }
+    outcome
+}
+
+/// Every acknowledged payment must exist exactly once with the id the client was told; no account
+/// of this run may have two payments.
+async fn reconcile(
+    db: &DatabaseConnection,
+    run_id: &str,
+    acknowledged: &[Acknowledged],
+    report: &mut DemoReport,
+) -> Result<()> {
+    let pattern = format!("acct-{run_id}-%");
+    let rows = db
+        .query_all_raw(statement(
+            db,
+            "SELECT payment_id, account FROM demo_payments WHERE account LIKE $1",
+            vec![pattern.into()],
+        ))
+        .await?;
+    let mut ids = HashSet::new();
+    let mut accounts = HashSet::new();
+    for row in &rows {
+        let id: String = row.try_get("", "payment_id")?;
+        let account: String = row.try_get("", "account")?;
+        ids.insert((id, account.clone()));
+        if !accounts.insert(account) {
+            report.duplicates += 1;
+        }
+    }
+    report.payment_rows = rows.len() as u64;
+    report.losses = acknowledged
+        .iter()
+        .filter(|ack| !ids.contains(&(ack.payment_id.clone(), ack.account.clone())))
+        .count() as u64;
+    Ok(())
+}

@@ -1,0 +1,213 @@
+//! The demo: a payments service whose `CreatePayment` is a keyed mutation guarded by the ledger,
+//! and a client that sends keyed payments through a fault layer that loses responses after the
+//! server committed, delays some past the client's deadline, and resends some keys with a changed
+//! body. At the end the payments table is reconciled against what the client was told.
+
+pub mod pb {
+    //! The generated protobuf and tonic code of `proto/payments.proto`.
+    #![allow(missing_docs, unreachable_pub, clippy::all, rust_2018_idioms)]
+    include!(concat!(env!("OUT_DIR"), "/payments.v1.rs"));
+}
+
+mod client;
+mod server;
+
+use std::fmt;
+use std::time::Duration;
+
+pub use client::{ClientOptions, run_client};
+pub use server::{Faults, PaymentsService, authenticate, prepare_database};
+
+/// The descriptor set of the demo's .proto, compiled by protox at build time.
+pub const DESCRIPTOR_SET: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/payments.pb"));
+
+/// The service config (gRFC A6) the client's channel runs with.
+pub const SERVICE_CONFIG: &str = include_str!("../service_config.json");
+
+/// The bearer token the demo's single client authenticates with.
+pub const DEMO_TOKEN: &str = "demo-client-token";
+
+/// What a run did and what the database says about it.
+#[derive(Debug, Default, Clone)]
+pub struct DemoReport {
+    /// Payments the client asked for.
+    pub calls: u64,
+    /// Payments the client was told succeeded.
+    pub acknowledged: u64,
+    /// Payments that ended in an error for the client.
+    pub failed: u64,
+    /// Attempts sent.
+    pub attempts: u64,
+    /// Attempts after the first.
+    pub retries: u64,
+    /// Answers replayed from the ledger (by the server or through a resolution).
+    pub replays: u64,
+    /// Unknown outcomes resolved before deciding to resend.
+    pub resolved_first: u64,
+    /// Refusals to retry, by reason.
+    pub refused: Vec<(String, u64)>,
+    /// Responses the fault layer dropped after commit.
+    pub dropped_responses: u64,
+    /// Responses the fault layer delayed past the deadline.
+    pub delayed_responses: u64,
+    /// Keys resent with a changed body and refused with FAILED_PRECONDITION.
+    pub changed_body_refused: u64,
+    /// Keys resent with a changed body and (wrongly) accepted.
+    pub changed_body_accepted: u64,
+    /// Median and 99th percentile latency of a payment, retries included.
+    pub p50: Duration,
+    /// 99th percentile latency.
+    pub p99: Duration,
+    /// Payments rows of this run.
+    pub payment_rows: u64,
+    /// Accounts of this run with more than one payment row.
+    pub duplicates: u64,
+    /// Acknowledged payments whose row is missing, or whose ledger record disagrees.
+    pub losses: u64,
+}
+
+impl DemoReport {
+    /// Whether reconciliation found nothing wrong.
+    pub fn reconciled(&self) -> bool {
+        self.duplicates == 0 && self.losses == 0 && self.changed_body_accepted == 0
+    }
+}
+
+impl fmt::Display for DemoReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let rows: Vec<(&str, String)> = vec![
+            ("calls", self.calls.to_string()),
+            ("acknowledged", self.acknowledged.to_string()),
+            ("failed (client saw an error)", self.failed.to_string()),
+            ("attempts", self.attempts.to_string()),
+            ("retries", self.retries.to_string()),
+            ("replays", self.replays.to_string()),
+            ("resolved first", self.resolved_first.to_string()),
+            (
+                "responses dropped after commit",
+                self.dropped_responses.to_string(),
+            ),
+            (
+                "responses delayed past deadline",
+                self.delayed_responses.to_string(),
+            ),
+            (
+                "changed body refused (FAILED_PRECONDITION)",
+                self.changed_body_refused.to_string(),
+            ),
+            (
+                "changed body accepted",
+                self.changed_body_accepted.to_string(),
+            ),
+            ("latency p50", format!("{:.1?}", self.p50)),
+            ("latency p99", format!("{:.1?}", self.p99)),
+            ("payments rows", self.payment_rows.to_string()),
+            ("duplicates", self.duplicates.to_string()),
+            ("losses", self.losses.to_string()),
+        ];
+        writeln!(f, "{:<44} {:>10}", "", "")?;
+        for (name, value) in rows {
+            writeln!(f, "{name:<44} {value:>10}")?;
+        }
+        for (reason, count) in &self.refused {
+            writeln!(f, "{:<44} {count:>10}", format!("refused: {reason}"))?;
+        }
+        let verdict = if self.reconciled() {
+            "OK: every acknowledged payment exactly once"
+        } else {
+            "FAILED"
+        };
+        write!(f, "{:<44} {verdict:>10}", "reconciliation")
+    }
+}
+
+/// Where the demo keeps its ledger and payments.
+#[derive(Debug, Clone)]
+pub enum Store {
+    /// An embedded SQLite file (created if missing).
+    Sqlite(std::path::PathBuf),
+    /// A PostgreSQL URL.
+    Postgres(String),
+}
+
+/// The faults the server injects after commit.
+#[derive(Debug, Clone, Copy)]
+pub struct FaultOptions {
+    /// Share of responses dropped after the server committed.
+    pub drop_rate: f64,
+    /// Share of responses delayed past the client's deadline.
+    pub delay_rate: f64,
+}
+
+/// Starts the server on a loopback port, runs the client workload through the faults, reconciles
+/// from the database, and stops the server.
+pub async fn run_demo(
+    store: &Store,
+    faults: FaultOptions,
+    client: &ClientOptions,
+) -> anyhow::Result<DemoReport> {
+    use grpc_operation_ledger_seaorm::{
+        LedgerConfig, LedgerMigrator, SeaOrmUnitsOfWork, connect_postgres, open_sqlite,
+    };
+    use sea_orm_migration::MigratorTrait;
+
+    let config = LedgerConfig {
+        max_connections: 32,
+        ..LedgerConfig::default()
+    };
+    let db = match store {
+        Store::Sqlite(path) => open_sqlite(path, &config).await?,
+        Store::Postgres(url) => {
+            let db = connect_postgres(url, &config).await?;
+            LedgerMigrator::up(&db, None).await?;
+            db
+        }
+    };
+    prepare_database(&db).await?;
+    // The demo hashes keys with a server secret, as a production deployment should.
+    let hasher = grpc_core_api::KeyHasher::hmac_sha256(b"demo-server-secret-change-me-0123")?;
+    let guard = grpc_tonic::KeyedMutationGuard::new(
+        SeaOrmUnitsOfWork::new(db.clone(), &config),
+        grpc_tonic::GuardConfig::new(hasher),
+    );
+    let fault_layer = std::sync::Arc::new(Faults::new(
+        faults.drop_rate,
+        faults.delay_rate,
+        // Past the service config's per-attempt timeout (0.5 s), within the call's deadline.
+        Duration::from_millis(600),
+        0x5eed_u64 ^ client.run_id.len() as u64,
+    ));
+    let service = PaymentsService::new(
+        guard,
+        std::sync::Arc::clone(&fault_layer),
+        &format!("pay-{}", client.run_id),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(pb::payments_server::PaymentsServer::with_interceptor(
+                service,
+                authenticate,
+            ))
+            .serve_with_incoming_shutdown(
+                tokio_stream::wrappers::TcpListenerStream::new(listener),
+                async {
+                    let _ = stopped.await;
+                },
+            ),
+    );
+    let report = run_client(addr, client, &db).await;
+    let _ = stop.send(());
+    server.await??;
+    let mut report = report?;
+    report.dropped_responses = fault_layer
+        .dropped
+        .load(std::sync::atomic::Ordering::Relaxed);
+    report.delayed_responses = fault_layer
+        .delayed
+        .load(std::sync::atomic::Ordering::Relaxed);
+    db.close().await?;
+    Ok(report)
+}

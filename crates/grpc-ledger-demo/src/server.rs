@@ -1,0 +1,258 @@
+//! The payments service: `CreatePayment` through the keyed-mutation guard, `ResolvePayment` from
+//! the ledger, and a fault layer that acts after the unit of work committed.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use grpc_core_api::{Completion, GrpcMethod, GrpcOperationLedger, OutcomeReference};
+use grpc_operation_ledger_seaorm::{SeaOrmOperationLedger, SeaOrmUnitsOfWork};
+use grpc_policy::{RandomSource, SplitMix64};
+use grpc_tonic::{AuthenticatedPrincipal, Committed, HandlerError, KeyedMutationGuard};
+use sea_orm::{
+    ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbBackend, DbErr, Statement,
+};
+use tonic::{Request, Response, Status};
+
+use crate::DEMO_TOKEN;
+use crate::pb::payments_server::Payments;
+use crate::pb::resolve_payment_response::State;
+use crate::pb::{CreatePaymentRequest, Payment, ResolvePaymentRequest, ResolvePaymentResponse};
+
+/// The method the guard protects.
+pub(crate) fn create_method() -> GrpcMethod {
+    GrpcMethod::parse("/payments.v1.Payments/CreatePayment").expect("a valid method name")
+}
+
+/// Creates the business table (the ledger's comes from its migrator).
+pub async fn prepare_database(db: &DatabaseConnection) -> Result<(), DbErr> {
+    db.execute_unprepared(
+        "CREATE TABLE IF NOT EXISTS demo_payments (payment_id VARCHAR(64) PRIMARY KEY, \
+         account VARCHAR(128) NOT NULL, amount_minor BIGINT NOT NULL)",
+    )
+    .await
+    .map(|_| ())
+}
+
+/// Writes `$N` placeholders in the connection's dialect.
+pub(crate) fn statement(
+    db: &impl ConnectionTrait,
+    sql: &str,
+    values: Vec<sea_orm::Value>,
+) -> Statement {
+    let backend = db.get_database_backend();
+    let sql = match backend {
+        DbBackend::Postgres => sql.to_owned(),
+        _ => sql.replace('$', "?"),
+    };
+    Statement::from_sql_and_values(backend, sql, values)
+}
+
+/// Faults injected after the server committed: the client sees an error (or nothing in time)
+/// although the payment exists.
+pub struct Faults {
+    drop_rate: f64,
+    delay_rate: f64,
+    delay: Duration,
+    random: Mutex<SplitMix64>,
+    /// Responses dropped.
+    pub dropped: AtomicU64,
+    /// Responses delayed.
+    pub delayed: AtomicU64,
+}
+
+impl Faults {
+    /// Drops `drop_rate` of responses and delays `delay_rate` of them by `delay`.
+    pub fn new(drop_rate: f64, delay_rate: f64, delay: Duration, seed: u64) -> Self {
+        Self {
+            drop_rate,
+            delay_rate,
+            delay,
+            random: Mutex::new(SplitMix64::from_seed(seed)),
+            dropped: AtomicU64::new(0),
+            delayed: AtomicU64::new(0),
+        }
+    }
+
+    async fn after_commit(&self) -> Result<(), Status> {
+        let roll = self
+            .random
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .next_unit();
+        if roll < self.drop_rate {
+            self.dropped.fetch_add(1, Ordering::Relaxed);
+            return Err(Status::unavailable(
+                "injected fault: response lost after commit",
+            ));
+        }
+        if roll < self.drop_rate + self.delay_rate {
+            self.delayed.fetch_add(1, Ordering::Relaxed);
+            tokio::time::sleep(self.delay).await;
+        }
+        Ok(())
+    }
+}
+
+/// Verifies the bearer token and records the authenticated principal for the guard. (A real
+/// deployment verifies an mTLS peer certificate or a signed token here.)
+pub fn authenticate(mut request: Request<()>) -> Result<Request<()>, Status> {
+    let token = request
+        .metadata()
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::to_owned);
+    match token {
+        Some(token) if token == DEMO_TOKEN => {
+            request
+                .extensions_mut()
+                .insert(AuthenticatedPrincipal(token.into_bytes()));
+            Ok(request)
+        }
+        _ => Err(Status::unauthenticated("unknown caller")),
+    }
+}
+
+/// The payments service.
+pub struct PaymentsService {
+    guard: KeyedMutationGuard<SeaOrmUnitsOfWork>,
+    faults: Arc<Faults>,
+    next_id: AtomicU64,
+    id_prefix: String,
+}
+
+impl PaymentsService {
+    /// The service over `guard`, with `faults` after each commit.
+    pub fn new(
+        guard: KeyedMutationGuard<SeaOrmUnitsOfWork>,
+        faults: Arc<Faults>,
+        id_prefix: &str,
+    ) -> Self {
+        Self {
+            guard,
+            faults,
+            next_id: AtomicU64::new(1),
+            id_prefix: id_prefix.to_owned(),
+        }
+    }
+}
+
+async fn insert_payment(txn: &DatabaseTransaction, payment: &Payment) -> Result<(), DbErr> {
+    let sql = "INSERT INTO demo_payments (payment_id, account, amount_minor) VALUES ($1, $2, $3)";
+    let values = vec![
+        payment.payment_id.clone().into(),
+        payment.account.clone().into(),
+        payment.amount_minor.into(),
+    ];
+    txn.execute_raw(statement(txn, sql, values))
+        .await
+        .map(|_| ())
+}
+
+pub(crate) async fn load_payment(
+    db: &impl ConnectionTrait,
+    payment_id: &str,
+) -> Result<Option<Payment>, DbErr> {
+    let sql = "SELECT payment_id, account, amount_minor FROM demo_payments WHERE payment_id = $1";
+    let row = db
+        .query_one_raw(statement(db, sql, vec![payment_id.into()]))
+        .await?;
+    row.map(|row| {
+        Ok(Payment {
+            payment_id: row.try_get("", "payment_id")?,
+            account: row.try_get("", "account")?,
+            amount_minor: row.try_get("", "amount_minor")?,
+        })
+    })
+    .transpose()
+}
+
+#[tonic::async_trait]
+impl Payments for PaymentsService {
+    async fn create_payment(
+        &self,
+        request: Request<CreatePaymentRequest>,
+    ) -> Result<Response<Payment>, Status> {
+        let payment_id = format!(
+            "{}-{}",
+            self.id_prefix,
+            self.next_id.fetch_add(1, Ordering::Relaxed)
+        );
+        let response = self
+            .guard
+            .run(
+                &create_method(),
+                request,
+                |txn, request: CreatePaymentRequest| async move {
+                    if request.amount_minor <= 0 {
+                        return Err(HandlerError::Terminal(Status::invalid_argument(
+                            "amount must be positive",
+                        )));
+                    }
+                    let payment = Payment {
+                        payment_id: payment_id.clone(),
+                        account: request.account,
+                        amount_minor: request.amount_minor,
+                    };
+                    insert_payment(&txn, &payment).await.map_err(|_| {
+                        HandlerError::Transient(Status::unavailable("the payments store failed"))
+                    })?;
+                    let outcome = OutcomeReference::parse(&payment_id)
+                        .map_err(|_| HandlerError::Transient(Status::internal("bad payment id")))?;
+                    Ok(Committed {
+                        response: payment,
+                        outcome,
+                    })
+                },
+                |txn, outcome: OutcomeReference| async move {
+                    load_payment(&*txn, outcome.as_str())
+                        .await
+                        .map_err(|_| Status::unavailable("the payments store failed"))?
+                        .ok_or_else(|| Status::internal("a committed payment is missing"))
+                },
+            )
+            .await?;
+        self.faults.after_commit().await?;
+        Ok(response)
+    }
+
+    async fn resolve_payment(
+        &self,
+        request: Request<ResolvePaymentRequest>,
+    ) -> Result<Response<ResolvePaymentResponse>, Status> {
+        let identity =
+            self.guard
+                .identity(&create_method(), request.metadata(), request.extensions())?;
+        let db = self.guard.units().connection();
+        let record = SeaOrmOperationLedger::new(db)
+            .find(&identity)
+            .await
+            .map_err(Status::from)?;
+        let mut answer = ResolvePaymentResponse::default();
+        match record {
+            None => answer.set_state(State::NotFound),
+            Some(record) => match &record.finished {
+                None => {
+                    answer.set_state(State::InProgress);
+                    let left = record
+                        .lease_expires_at
+                        .duration_since(std::time::SystemTime::now());
+                    answer.retry_after_ms = left.map(|d| d.as_millis() as i64).unwrap_or(0).max(10);
+                }
+                Some((_, Completion::Committed(outcome))) => {
+                    answer.set_state(State::Committed);
+                    answer.payment = load_payment(db, outcome.as_str())
+                        .await
+                        .map_err(|_| Status::unavailable("the payments store failed"))?;
+                }
+                Some((_, Completion::Failed(failure))) => {
+                    answer.set_state(State::Failed);
+                    answer.failure_code = failure.code() as i32;
+                    answer.failure_message = failure.message().to_owned();
+                }
+            },
+        }
+        Ok(Response::new(answer))
+    }
+}

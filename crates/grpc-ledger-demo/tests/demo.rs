@@ -1,0 +1,65 @@
+//! The demo's core on SQLite and on the PostgreSQL of `cargo xtask test`, with half of all
+//! responses lost after commit: every acknowledged payment exactly once, nothing lost.
+
+use std::time::Duration;
+
+use grpc_ledger_demo::{ClientOptions, FaultOptions, Store, run_demo};
+
+fn client(run_id: &str) -> ClientOptions {
+    ClientOptions {
+        payments: 300,
+        concurrency: 16,
+        deadline: Duration::from_secs(3),
+        changed_body_every: 10,
+        run_id: run_id.to_owned(),
+        progress: false,
+    }
+}
+
+const FAULTS: FaultOptions = FaultOptions {
+    drop_rate: 0.5,
+    delay_rate: 0.05,
+};
+
+fn assert_exactly_once(report: &grpc_ledger_demo::DemoReport) {
+    println!("{report}");
+    assert!(report.reconciled(), "{report}");
+    assert_eq!(
+        report.acknowledged, 300,
+        "every payment was acknowledged in the end:\n{report}"
+    );
+    assert_eq!(report.payment_rows, 300, "{report}");
+    assert!(
+        report.dropped_responses > 100,
+        "the faults really fired: {report}"
+    );
+    assert!(
+        report.resolved_first >= report.dropped_responses,
+        "{report}"
+    );
+    assert_eq!(report.changed_body_refused, 30, "{report}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn exactly_once_on_sqlite_with_half_the_responses_lost() {
+    let file = std::env::temp_dir().join(format!("demo-test-{}.sqlite", std::process::id()));
+    let report = run_demo(&Store::Sqlite(file.clone()), FAULTS, &client("sqlite"))
+        .await
+        .unwrap();
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", file.display()));
+    }
+    assert_exactly_once(&report);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn exactly_once_on_postgres_with_half_the_responses_lost() {
+    let url = std::env::var("DATABASE_URL").ok().filter(|u| !u.is_empty()).unwrap_or_else(|| {
+        panic!("DATABASE_URL is not set: run `cargo xtask test`, or `cargo xtask pg start` and export DATABASE_URL=$(cargo xtask pg url)")
+    });
+    let run_id = format!("pg{}", std::process::id());
+    let report = run_demo(&Store::Postgres(url), FAULTS, &client(&run_id))
+        .await
+        .unwrap();
+    assert_exactly_once(&report);
+}
