@@ -67,6 +67,15 @@ pub struct DemoReport {
 }
 
 impl DemoReport {
+    /// Retries the budget refused.
+    pub fn budget_throttled(&self) -> u64 {
+        self.refused
+            .iter()
+            .filter(|(reason, _)| reason == "BudgetExhausted")
+            .map(|(_, count)| count)
+            .sum()
+    }
+
     /// Whether reconciliation found nothing wrong.
     pub fn reconciled(&self) -> bool {
         self.duplicates == 0 && self.losses == 0 && self.changed_body_accepted == 0
@@ -83,6 +92,7 @@ impl fmt::Display for DemoReport {
             ("retries", self.retries.to_string()),
             ("replays", self.replays.to_string()),
             ("resolved first", self.resolved_first.to_string()),
+            ("budget throttled", self.budget_throttled().to_string()),
             (
                 "responses dropped after commit",
                 self.dropped_responses.to_string(),

@@ -7,7 +7,7 @@ use std::time::Duration;
 use grpc_core_api::{
     ClaimOutcome, Completion, GrpcMethod, GrpcOperationIdentity, IdempotencyKey, InvalidInput,
     KeyHasher, LeaseDuration, LedgerError, LedgerUnitsOfWork, OutcomeReference,
-    REPLAYED_METADATA_KEY, RecordedFailure, RequestFingerprint,
+    REPLAYED_METADATA_KEY, RecordedFailure, RequestFingerprint, Version,
 };
 use prost::Message;
 use tonic::metadata::{MetadataMap, MetadataValue};
@@ -185,16 +185,9 @@ where
                 tracing::debug!(method = %method, took_over, "claimed; running the handler");
                 match handler(Arc::clone(&transaction), message).await {
                     Ok(Committed { response, outcome }) => {
-                        let marked = self
-                            .units
-                            .ledger(&transaction)
-                            .mark_committed(&identity, version, &outcome)
-                            .await;
-                        if let Err(error) = marked {
-                            self.end(transaction, false).await?;
-                            return Err(error.into());
-                        }
-                        self.end(transaction, true).await?;
+                        let completion = Completion::Committed(outcome);
+                        self.complete(transaction, &identity, version, &completion)
+                            .await?;
                         Ok(Response::new(response))
                     }
                     Err(HandlerError::Terminal(status)) => {
@@ -202,16 +195,9 @@ where
                             .map_err(|_| {
                                 Status::internal("a terminal failure needs a non-OK status")
                             })?;
-                        let marked = self
-                            .units
-                            .ledger(&transaction)
-                            .mark_failed(&identity, version, &failure)
-                            .await;
-                        if let Err(error) = marked {
-                            self.end(transaction, false).await?;
-                            return Err(error.into());
-                        }
-                        self.end(transaction, true).await?;
+                        let completion = Completion::Failed(failure);
+                        self.complete(transaction, &identity, version, &completion)
+                            .await?;
                         Err(status)
                     }
                     Err(HandlerError::Transient(status)) => {
@@ -219,6 +205,33 @@ where
                         Err(status)
                     }
                 }
+            }
+        }
+    }
+
+    /// Records how the claimed operation ended and commits the unit of work; if the ledger refuses
+    /// the transition (ownership lost, store down), rolls everything back and says why.
+    async fn complete(
+        &self,
+        transaction: Arc<U::Transaction>,
+        identity: &GrpcOperationIdentity,
+        version: Version,
+        completion: &Completion,
+    ) -> Result<(), Status> {
+        let marked = {
+            let ledger = self.units.ledger(&transaction);
+            match completion {
+                Completion::Committed(outcome) => {
+                    ledger.mark_committed(identity, version, outcome).await
+                }
+                Completion::Failed(failure) => ledger.mark_failed(identity, version, failure).await,
+            }
+        };
+        match marked {
+            Ok(_) => self.end(transaction, true).await,
+            Err(error) => {
+                self.end(transaction, false).await?;
+                Err(error.into())
             }
         }
     }
