@@ -20,6 +20,9 @@ usage: cargo xtask <task>
 
 tasks:
   test              format check, clippy -D warnings, all tests against a real PostgreSQL
+  bench [--quick] [--all]
+                    the ledger benchmarks on a durable throwaway PostgreSQL (and SQLite);
+                    --all adds the policy benchmarks; figures in target/bench/summary.json
   pg start          start a development PostgreSQL (kept until `pg stop`) and print its URL;
                     fsync is off unless `--durable` (use that for measurements)
   pg stop           stop and remove the development PostgreSQL
@@ -40,6 +43,7 @@ fn run(args: Vec<String>) -> Result<()> {
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     match args.as_slice() {
         ["test"] => test(),
+        ["bench", flags @ ..] => bench(flags),
         ["pg", "start"] => postgres::dev_start(false),
         ["pg", "start", "--durable"] => postgres::dev_start(true),
         ["pg", "stop"] => postgres::dev_stop(),
@@ -79,4 +83,118 @@ fn test() -> Result<()> {
     // The cluster is stopped here, before the result is reported, whatever the tests did.
     drop(database);
     outcome.context("tests")
+}
+
+fn bench(flags: &[&str]) -> Result<()> {
+    for flag in flags {
+        if !["--quick", "--all"].contains(flag) {
+            bail!("unknown bench flag {flag}\n{USAGE}");
+        }
+    }
+    let quick = flags.contains(&"--quick");
+    let interrupted = cmd::install_interrupt_flag()?;
+    cmd::cargo(
+        &["build", "--release", "--package", "grpc-ledger-bench"],
+        &[],
+        &interrupted,
+    )
+    .context("building the benchmarks")?;
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let summary = root.join("target").join("bench").join("summary.json");
+    let database = postgres::for_benchmarks()?;
+    eprintln!(
+        "xtask: benchmarks use a durable PostgreSQL at {}",
+        database.redacted_url()
+    );
+    let binary = root
+        .join("target")
+        .join("release")
+        .join("grpc-ledger-bench");
+    let mut command = std::process::Command::new(binary);
+    command
+        .env("DATABASE_URL", database.url())
+        .arg("--out")
+        .arg(&summary);
+    if quick {
+        command.arg("--quick");
+    }
+    let outcome = cmd::run(&mut command, &interrupted);
+    drop(database);
+    outcome.context("the ledger benchmarks")?;
+    if flags.contains(&"--all") {
+        policy_benches(&summary)?;
+    }
+    eprintln!("xtask: figures in {}", summary.display());
+    Ok(())
+}
+
+/// Runs the policy benchmarks and appends their figures (ours against tower's) to the summary.
+fn policy_benches(summary: &std::path::Path) -> Result<()> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+    let mut command = std::process::Command::new(cargo);
+    command.args([
+        "bench",
+        "-p",
+        "grpc-policy",
+        "--bench",
+        "policy",
+        "--",
+        "--output-format",
+        "bencher",
+    ]);
+    let output = cmd::output(&mut command).context("the policy benchmarks")?;
+    // bencher lines: "test NAME ... bench:   12,345 ns/iter (+/- 67)"
+    let mut figures: Vec<(String, f64)> = Vec::new();
+    for line in output.lines() {
+        let Some(rest) = line.strip_prefix("test ") else {
+            continue;
+        };
+        let Some((name, tail)) = rest.split_once(" ... bench:") else {
+            continue;
+        };
+        let value: String = tail
+            .trim_start()
+            .chars()
+            .take_while(|c| c.is_ascii_digit() || *c == ',' || *c == '.')
+            .filter(|c| *c != ',')
+            .collect();
+        if let Ok(ns) = value.parse::<f64>() {
+            figures.push((name.trim().to_owned(), ns));
+        }
+    }
+    let mut entries = Vec::new();
+    for (name, ns) in &figures {
+        let baseline = if name.contains("GrpcRetryBudget") {
+            let group = name.split('/').take(2).collect::<Vec<_>>().join("/");
+            figures
+                .iter()
+                .find(|(n, _)| n.starts_with(&group) && n.contains("tower"))
+                .map(|(n, v)| (n.clone(), v))
+        } else {
+            None
+        };
+        let (baseline_name, ratio) = match baseline {
+            Some((n, v)) => (format!("\"{n}\""), format!("{}", v / ns)),
+            None => ("null".to_owned(), "null".to_owned()),
+        };
+        entries.push(format!(
+            "  {{\"name\": \"policy: {name}\", \"unit\": \"ns\", \"value\": {ns}, \"baseline\": {baseline_name}, \"ratio\": {ratio}}}"
+        ));
+        println!(
+            "policy: {name}: {ns} ns{}",
+            if ratio == "null" {
+                String::new()
+            } else {
+                format!(" (throughput {ratio}x the baseline)")
+            }
+        );
+    }
+    let existing = std::fs::read_to_string(summary).unwrap_or_else(|_| "[]".to_owned());
+    let trimmed = existing.trim_end().trim_end_matches(']').trim_end();
+    let separator = if trimmed.ends_with('[') { "\n" } else { ",\n" };
+    std::fs::write(
+        summary,
+        format!("{trimmed}{separator}{}\n]\n", entries.join(",\n")),
+    )?;
+    Ok(())
 }

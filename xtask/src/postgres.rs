@@ -63,6 +63,12 @@ impl TestDatabase {
     }
 }
 
+/// A throwaway cluster with production-like durability, for measurements.
+pub(crate) fn for_benchmarks() -> Result<TestDatabase> {
+    let root = fresh_temp_dir()?;
+    Cluster::start(root, DURABLE_SETTINGS, true).map(TestDatabase::Cluster)
+}
+
 pub(crate) fn for_tests() -> Result<TestDatabase> {
     if let Ok(url) = std::env::var("DATABASE_URL")
         && !url.is_empty()

@@ -113,6 +113,20 @@ impl Sql {
     }
 }
 
+/// Every statement the adapter sends on `backend`, by name, for readers and benchmarks that must
+/// run exactly the same SQL; `None` for a store the ledger does not support.
+pub fn statements(backend: DbBackend) -> Option<[(&'static str, &'static str); 6]> {
+    let sql = Sql::for_backend(backend)?;
+    Some([
+        ("claim", sql.claim_insert.as_str()),
+        ("read", sql.select_record.as_str()),
+        ("take over", sql.take_over.as_str()),
+        ("mark committed", sql.mark_committed.as_str()),
+        ("mark failed", sql.mark_failed.as_str()),
+        ("purge", sql.purge.as_str()),
+    ])
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,0 +1,704 @@
+//! The ledger's write-path benchmarks, as a library so that a smoke test can run the harness with
+//! tiny counts. Every variant of one group runs in the same process against the same server, one
+//! after the other, and is reported as a ratio to its baseline.
+
+use std::future::Future;
+use std::path::Path;
+use std::pin::Pin;
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use grpc_core_api::{
+    CallerFingerprint, ClaimOutcome, GrpcMethod, GrpcOperationIdentity, GrpcOperationLedger,
+    IdempotencyKey, KeyHasher, LeaseDuration, OutcomeReference, RequestFingerprint, Version,
+};
+use grpc_operation_ledger_seaorm::{
+    LedgerConfig, LedgerMigrator, SeaOrmOperationLedger, connect_postgres, open_sqlite, statements,
+};
+use sea_orm::sqlx::{self, postgres::PgPoolOptions};
+use sea_orm::{
+    ConnectionTrait, Database, DatabaseConnection, DbBackend, Statement, TransactionTrait,
+};
+use sea_orm_migration::MigratorTrait;
+
+/// How long and how wide to measure.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    /// Duration of each throughput measurement.
+    pub seconds: Duration,
+    /// Concurrent clients (each on its own connection).
+    pub clients: Vec<usize>,
+    /// Ledger sizes for the growth measurement.
+    pub growth: Vec<u64>,
+    /// Claims measured at each size.
+    pub growth_ops: usize,
+    /// Replays (and plain reads) measured.
+    pub replay_ops: usize,
+}
+
+impl Plan {
+    /// The short run: under two minutes.
+    pub fn quick() -> Self {
+        Self {
+            seconds: Duration::from_secs(3),
+            clients: vec![1, 8, 32],
+            growth: vec![1_000, 10_000, 100_000],
+            growth_ops: 300,
+            replay_ops: 500,
+        }
+    }
+
+    /// The full run.
+    pub fn full() -> Self {
+        Self {
+            seconds: Duration::from_secs(15),
+            clients: vec![1, 8, 32],
+            growth: vec![1_000, 100_000, 1_000_000],
+            growth_ops: 2_000,
+            replay_ops: 3_000,
+        }
+    }
+
+    /// A harness check with tiny counts (no timing conclusions).
+    pub fn smoke() -> Self {
+        Self {
+            seconds: Duration::from_millis(200),
+            clients: vec![2],
+            growth: vec![100, 200],
+            growth_ops: 10,
+            replay_ops: 10,
+        }
+    }
+}
+
+/// One measured figure, with its baseline when it has one.
+#[derive(Debug, Clone)]
+pub struct Figure {
+    /// What was measured.
+    pub name: String,
+    /// Its unit.
+    pub unit: &'static str,
+    /// The value.
+    pub value: f64,
+    /// The figure it is compared with.
+    pub baseline: Option<String>,
+    /// value / baseline.
+    pub ratio: Option<f64>,
+}
+
+fn figure(name: String, unit: &'static str, value: f64) -> Figure {
+    Figure {
+        name,
+        unit,
+        value,
+        baseline: None,
+        ratio: None,
+    }
+}
+
+fn compared(name: String, unit: &'static str, value: f64, baseline: &Figure) -> Figure {
+    Figure {
+        name,
+        unit,
+        value,
+        ratio: (baseline.value > 0.0).then(|| value / baseline.value),
+        baseline: Some(baseline.name.clone()),
+    }
+}
+
+/// The figures as a printable table.
+pub fn table(figures: &[Figure]) -> String {
+    let mut out = format!(
+        "{:<44} {:>12} {:<6} {:>8}  {}\n",
+        "figure", "value", "unit", "ratio", "baseline"
+    );
+    for f in figures {
+        let ratio = f.ratio.map(|r| format!("{r:.2}x")).unwrap_or_default();
+        out.push_str(&format!(
+            "{:<44} {:>12.2} {:<6} {:>8}  {}\n",
+            f.name,
+            f.value,
+            f.unit,
+            ratio,
+            f.baseline.as_deref().unwrap_or("")
+        ));
+    }
+    out
+}
+
+/// The figures as JSON: one object per figure.
+pub fn json(figures: &[Figure]) -> serde_json::Value {
+    serde_json::Value::Array(
+        figures
+            .iter()
+            .map(|f| {
+                serde_json::json!({
+                    "name": f.name, "unit": f.unit, "value": f.value,
+                    "baseline": f.baseline, "ratio": f.ratio,
+                })
+            })
+            .collect(),
+    )
+}
+
+const METHOD: &str = "/payments.v1.Payments/CreatePayment";
+const BUSINESS_INSERT: &str = "INSERT INTO bench_business (business_key, amount) VALUES ($1, $2)";
+const PLAIN_READ: &str = "SELECT business_key, amount FROM bench_business WHERE business_key = $1";
+
+fn identity(caller: usize, key: &str) -> GrpcOperationIdentity {
+    GrpcOperationIdentity::new(
+        CallerFingerprint::from_principal(format!("caller-{}", caller % 8).as_bytes()),
+        GrpcMethod::parse(METHOD).expect("valid method"),
+        KeyHasher::Sha256.hash(&IdempotencyKey::parse(key).expect("valid key")),
+    )
+}
+
+fn lease() -> LeaseDuration {
+    LeaseDuration::new(Duration::from_secs(30)).expect("valid lease")
+}
+
+fn sqlite_sql(sql: &str) -> String {
+    sql.replace('$', "?")
+}
+
+fn business_statement(backend: DbBackend, key: &str, amount: i64) -> Statement {
+    let sql = if backend == DbBackend::Sqlite {
+        sqlite_sql(BUSINESS_INSERT)
+    } else {
+        BUSINESS_INSERT.to_owned()
+    };
+    Statement::from_sql_and_values(backend, sql, [key.into(), amount.into()])
+}
+
+/// One business write in its own transaction: the floor.
+async fn business_op(db: &DatabaseConnection, key: &str) -> Result<()> {
+    let txn = db.begin().await?;
+    txn.execute_raw(business_statement(db.get_database_backend(), key, 1))
+        .await?;
+    txn.commit().await?;
+    Ok(())
+}
+
+/// Claim + business write + mark_committed through the adapter, in one transaction.
+async fn keyed_op(db: &DatabaseConnection, caller: usize, key: &str) -> Result<()> {
+    let id = identity(caller, key);
+    let txn = db.begin().await?;
+    let ledger = SeaOrmOperationLedger::new(&txn);
+    let claimed = ledger
+        .claim(&id, &RequestFingerprint::of(key.as_bytes()), lease())
+        .await?;
+    let ClaimOutcome::Claimed { version, .. } = claimed else {
+        bail!("a fresh key was not claimed")
+    };
+    txn.execute_raw(business_statement(db.get_database_backend(), key, 1))
+        .await?;
+    ledger
+        .mark_committed(&id, version, &OutcomeReference::parse(key)?)
+        .await?;
+    txn.commit().await?;
+    Ok(())
+}
+
+/// The adapter's three statements, sent directly through sqlx: the adapter's ideal.
+async fn raw_op(pool: &sqlx::PgPool, caller: usize, key: &str) -> Result<()> {
+    let [(_, claim), _, _, (_, commit), _, _] =
+        statements(DbBackend::Postgres).context("PostgreSQL")?;
+    let id = identity(caller, key);
+    let (who, method, hash) = (
+        id.caller().as_str(),
+        id.method().as_str(),
+        id.key_hash().to_hex(),
+    );
+    let mut tx = pool.begin().await?;
+    let inserted = sqlx::query(claim)
+        .bind(who)
+        .bind(method)
+        .bind(&hash)
+        .bind(RequestFingerprint::of(key.as_bytes()).to_hex())
+        .bind(lease().as_millis())
+        .execute(&mut *tx)
+        .await?;
+    if inserted.rows_affected() != 1 {
+        bail!("a fresh key was not claimed");
+    }
+    sqlx::query(BUSINESS_INSERT)
+        .bind(key)
+        .bind(1i64)
+        .execute(&mut *tx)
+        .await?;
+    sqlx::query(commit)
+        .bind(who)
+        .bind(method)
+        .bind(&hash)
+        .bind(Version::FIRST.to_stored())
+        .bind(key)
+        .execute(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+type Op = Arc<dyn Fn(usize, u64) -> Pin<Box<dyn Future<Output = Result<()>> + Send>> + Send + Sync>;
+
+/// Throughput and latency of `op` with `clients` tasks for `seconds`.
+struct Measured {
+    ops_per_second: f64,
+    p50_ms: f64,
+    p99_ms: f64,
+}
+
+async fn drive(clients: usize, seconds: Duration, op: Op) -> Result<Measured> {
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..clients)
+        .map(|task| {
+            let op = Arc::clone(&op);
+            tokio::spawn(async move {
+                let mut latencies = Vec::new();
+                let mut i = 0u64;
+                while started.elapsed() < seconds {
+                    let one = Instant::now();
+                    op(task, i).await?;
+                    latencies.push(one.elapsed());
+                    i += 1;
+                }
+                Ok::<_, anyhow::Error>(latencies)
+            })
+        })
+        .collect();
+    let mut latencies = Vec::new();
+    for task in tasks {
+        latencies.extend(task.await??);
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    Ok(Measured {
+        ops_per_second: latencies.len() as f64 / elapsed,
+        p50_ms: percentile(&mut latencies, 0.50),
+        p99_ms: percentile(&mut latencies, 0.99),
+    })
+}
+
+fn percentile(latencies: &mut [Duration], p: f64) -> f64 {
+    if latencies.is_empty() {
+        return 0.0;
+    }
+    latencies.sort();
+    let index = ((latencies.len() - 1) as f64 * p).round() as usize;
+    latencies[index].as_secs_f64() * 1000.0
+}
+
+fn pgbench_binary() -> String {
+    let mut majors: Vec<_> = std::fs::read_dir("/usr/lib/postgresql")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path().join("bin").join("pgbench"))
+        .filter(|p| p.is_file())
+        .collect();
+    majors.sort();
+    majors
+        .pop()
+        .map(|p| p.display().to_string())
+        .unwrap_or_else(|| "pgbench".to_owned())
+}
+
+/// The adapter's exact statements as a pgbench script: placeholders become SQL expressions of
+/// pgbench variables, nothing else changes.
+fn pgbench_keyed_script() -> Result<String> {
+    let [(_, claim), _, _, (_, commit), _, _] =
+        statements(DbBackend::Postgres).context("PostgreSQL")?;
+    let identity = |sql: &str| {
+        sql.replace("$3", "md5(:k || 'a') || md5(:k || 'b')")
+            .replace("$2", &format!("'{METHOD}'"))
+            .replace("$1", "md5('c' || :c) || md5(:c || 'c')")
+    };
+    let claim = identity(
+        &claim
+            .replace("$5", "30000")
+            .replace("$4", "md5('r' || :k) || md5('s' || :k)"),
+    );
+    let commit = identity(&commit.replace("$5", "'p-' || :k").replace("$4", "1"));
+    Ok(format!(
+        "\\set k random(1, 9000000000000000000)\n\\set c random(0, 7)\nBEGIN;\n{claim};\n{};\n{commit};\nEND;\n",
+        pgbench_business_statement()
+    ))
+}
+
+fn pgbench_business_statement() -> String {
+    BUSINESS_INSERT
+        .replace("$1", "'pg-' || :client_id || '-' || :k")
+        .replace("$2", "1")
+}
+
+fn pgbench_business_script() -> String {
+    format!(
+        "\\set k random(1, 9000000000000000000)\nBEGIN;\n{};\nEND;\n",
+        pgbench_business_statement()
+    )
+}
+
+/// Runs a pgbench script; returns transactions per second and the mean latency in ms.
+fn pgbench(
+    url: &str,
+    script: &str,
+    clients: usize,
+    seconds: Duration,
+    dir: &Path,
+) -> Result<(f64, f64)> {
+    let file = dir.join(format!("script-{}.sql", std::process::id()));
+    std::fs::write(&file, script)?;
+    let output = Command::new(pgbench_binary())
+        .arg(url)
+        .args([
+            "-n",
+            "-M",
+            "prepared",
+            "-c",
+            &clients.to_string(),
+            "-j",
+            &clients.min(2).to_string(),
+        ])
+        .args(["-T", &seconds.as_secs().max(1).to_string(), "-f"])
+        .arg(&file)
+        .output()
+        .context("running pgbench")?;
+    let text = String::from_utf8_lossy(&output.stdout);
+    let number = |prefix: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(prefix))
+            .and_then(|rest| rest.split_whitespace().next())
+            .and_then(|v| v.parse::<f64>().ok())
+    };
+    match (number("tps = "), number("latency average = ")) {
+        (Some(tps), Some(latency)) => Ok((tps, latency)),
+        _ => bail!(
+            "pgbench failed: {}{}",
+            text,
+            String::from_utf8_lossy(&output.stderr)
+        ),
+    }
+}
+
+fn with_database(url: &str, database: &str) -> String {
+    let (base, query) = url
+        .split_once('?')
+        .map_or((url, None), |(b, q)| (b, Some(q)));
+    let server = base.rsplit_once('/').map_or(base, |(server, _)| server);
+    match query {
+        Some(query) => format!("{server}/{database}?{query}"),
+        None => format!("{server}/{database}"),
+    }
+}
+
+async fn count(db: &DatabaseConnection, sql: &str) -> Result<i64> {
+    let row = db
+        .query_one_raw(Statement::from_string(db.get_database_backend(), sql))
+        .await?
+        .context("a count")?;
+    Ok(row.try_get_by_index::<i64>(0)?)
+}
+
+/// Runs every benchmark of `plan` against the PostgreSQL at `url` (a fresh database is created on
+/// it) and a SQLite file, printing what it runs.
+pub async fn run_all(url: &str, plan: &Plan) -> Result<Vec<Figure>> {
+    let name = format!("ledger_bench_{}", std::process::id());
+    let admin = Database::connect(url).await?;
+    admin
+        .execute_unprepared(&format!("DROP DATABASE IF EXISTS {name}"))
+        .await?;
+    admin
+        .execute_unprepared(&format!("CREATE DATABASE {name}"))
+        .await?;
+    let url = with_database(url, &name);
+    let max_clients = plan.clients.iter().copied().max().unwrap_or(1) as u32;
+    let config = LedgerConfig {
+        max_connections: max_clients + 2,
+        ..LedgerConfig::default()
+    };
+    let db = connect_postgres(&url, &config).await?;
+    LedgerMigrator::up(&db, None).await?;
+    db.execute_unprepared("CREATE TABLE bench_business (business_key VARCHAR(128) PRIMARY KEY, amount BIGINT NOT NULL)")
+        .await?;
+    let pool = PgPoolOptions::new()
+        .max_connections(max_clients + 2)
+        .connect(&url)
+        .await?;
+    let dir = std::env::temp_dir();
+
+    eprintln!("statements of the keyed variant (the raw-sql and pgbench variants send the same):");
+    for (what, sql) in statements(DbBackend::Postgres).context("PostgreSQL")? {
+        eprintln!("  {what}: {sql}");
+    }
+    eprintln!("  business: {BUSINESS_INSERT}");
+    eprintln!(
+        "pgbench script of the keyed variant:\n{}",
+        pgbench_keyed_script()?
+    );
+
+    let mut figures = Vec::new();
+    for &clients in &plan.clients {
+        let run = |variant: &'static str| format!("{variant}-{clients}-{}", std::process::id());
+        let db1 = db.clone();
+        let tag = run("b");
+        let business = drive(
+            clients,
+            plan.seconds,
+            Arc::new(move |task, i| {
+                let (db, key) = (db1.clone(), format!("{tag}-{task}-{i}"));
+                Box::pin(async move { business_op(&db, &key).await })
+            }),
+        )
+        .await?;
+        let db2 = db.clone();
+        let tag = run("k");
+        let keyed = drive(
+            clients,
+            plan.seconds,
+            Arc::new(move |task, i| {
+                let (db, key) = (db2.clone(), format!("{tag}-{task}-{i}"));
+                Box::pin(async move { keyed_op(&db, task, &key).await })
+            }),
+        )
+        .await?;
+        let pool2 = pool.clone();
+        let tag = run("r");
+        let raw = drive(
+            clients,
+            plan.seconds,
+            Arc::new(move |task, i| {
+                let (pool, key) = (pool2.clone(), format!("{tag}-{task}-{i}"));
+                Box::pin(async move { raw_op(&pool, task, &key).await })
+            }),
+        )
+        .await?;
+        let (pg_keyed, pg_keyed_latency) =
+            pgbench(&url, &pgbench_keyed_script()?, clients, plan.seconds, &dir)?;
+        let (pg_business, _) = pgbench(
+            &url,
+            &pgbench_business_script(),
+            clients,
+            plan.seconds,
+            &dir,
+        )?;
+
+        let at = |what: &str| format!("write c={clients} {what}");
+        let business_fig = figure(at("business"), "ops/s", business.ops_per_second);
+        let raw_fig = figure(at("raw-sql"), "ops/s", raw.ops_per_second);
+        let pg_keyed_fig = figure(at("pgbench keyed"), "tps", pg_keyed);
+        let pg_business_fig = figure(at("pgbench business"), "tps", pg_business);
+        let raw_p50 = figure(at("raw-sql p50"), "ms", raw.p50_ms);
+        figures.push(compared(
+            at("keyed"),
+            "ops/s",
+            keyed.ops_per_second,
+            &business_fig,
+        ));
+        figures.push(compared(
+            at("keyed vs raw-sql"),
+            "ops/s",
+            keyed.ops_per_second,
+            &raw_fig,
+        ));
+        figures.push(compared(
+            at("keyed vs pgbench keyed"),
+            "ops/s",
+            keyed.ops_per_second,
+            &pg_keyed_fig,
+        ));
+        figures.push(compared(at("keyed p50"), "ms", keyed.p50_ms, &raw_p50));
+        figures.push(figure(at("keyed p99"), "ms", keyed.p99_ms));
+        figures.push(compared(
+            at("pgbench keyed vs business"),
+            "tps",
+            pg_keyed,
+            &pg_business_fig,
+        ));
+        figures.push(figure(
+            at("pgbench keyed mean latency"),
+            "ms",
+            pg_keyed_latency,
+        ));
+        figures.extend([
+            business_fig,
+            raw_fig,
+            raw_p50,
+            pg_keyed_fig,
+            pg_business_fig,
+        ]);
+        figures.push(figure(at("business p50"), "ms", business.p50_ms));
+        figures.push(figure(at("business p99"), "ms", business.p99_ms));
+        eprintln!("measured {clients} client(s)");
+    }
+
+    figures.extend(replay(&db, plan).await?);
+    figures.extend(growth(&db, plan).await?);
+    figures.extend(sqlite(plan).await?);
+    db.close().await?;
+    admin
+        .execute_unprepared(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+        .await?;
+    Ok(figures)
+}
+
+/// The duplicate's cost: a claim of a committed identity against a plain primary-key read.
+async fn replay(db: &DatabaseConnection, plan: &Plan) -> Result<Vec<Figure>> {
+    let keys: Vec<String> = (0..plan.replay_ops)
+        .map(|i| format!("replay-{}-{i}", std::process::id()))
+        .collect();
+    for key in &keys {
+        keyed_op(db, 0, key).await?;
+    }
+    let ledger = SeaOrmOperationLedger::new(db);
+    let mut claims = Vec::new();
+    for key in &keys {
+        let started = Instant::now();
+        let answer = ledger
+            .claim(
+                &identity(0, key),
+                &RequestFingerprint::of(key.as_bytes()),
+                lease(),
+            )
+            .await?;
+        claims.push(started.elapsed());
+        if !matches!(answer, ClaimOutcome::Completed(_)) {
+            bail!("a committed identity was not replayed");
+        }
+    }
+    let mut reads = Vec::new();
+    for key in &keys {
+        let started = Instant::now();
+        db.query_one_raw(Statement::from_sql_and_values(
+            DbBackend::Postgres,
+            PLAIN_READ,
+            [key.as_str().into()],
+        ))
+        .await?
+        .context("the business row")?;
+        reads.push(started.elapsed());
+    }
+    let read = figure(
+        "replay: primary-key read p50".into(),
+        "ms",
+        percentile(&mut reads, 0.5),
+    );
+    Ok(vec![
+        compared(
+            "replay: claim of a committed identity p50".into(),
+            "ms",
+            percentile(&mut claims, 0.5),
+            &read,
+        ),
+        read,
+    ])
+}
+
+/// Claim latency as the ledger grows, and its size per row.
+async fn growth(db: &DatabaseConnection, plan: &Plan) -> Result<Vec<Figure>> {
+    let mut figures: Vec<Figure> = Vec::new();
+    let ledger = SeaOrmOperationLedger::new(db);
+    for &size in &plan.growth {
+        let have = count(db, "SELECT COUNT(*) FROM grpc_operation_ledger").await? as u64;
+        if have < size {
+            db.execute_raw(Statement::from_sql_and_values(
+                DbBackend::Postgres,
+                "INSERT INTO grpc_operation_ledger (caller_fingerprint, full_method_name, \
+                 idempotency_key_hash, request_fingerprint, state, version, claimed_at, \
+                 lease_expires_at, completed_at, outcome_reference) \
+                 SELECT md5('bulk' || (i % 8)) || md5((i % 8) || 'bulk'), $3, \
+                 md5('g' || i) || md5('h' || i), md5('r' || i), 'COMMITTED', 2, 1, 2, 3, 'p' \
+                 FROM generate_series($1::bigint, $2::bigint) AS i",
+                [
+                    (have as i64 + 1).into(),
+                    (size as i64).into(),
+                    METHOD.into(),
+                ],
+            ))
+            .await?;
+            db.execute_unprepared("ANALYZE grpc_operation_ledger")
+                .await?;
+        }
+        let mut claims = Vec::new();
+        for i in 0..plan.growth_ops {
+            let key = format!("growth-{size}-{i}");
+            let started = Instant::now();
+            ledger
+                .claim(
+                    &identity(i, &key),
+                    &RequestFingerprint::of(key.as_bytes()),
+                    lease(),
+                )
+                .await?;
+            claims.push(started.elapsed());
+        }
+        let rows = count(db, "SELECT COUNT(*) FROM grpc_operation_ledger")
+            .await?
+            .max(1) as f64;
+        let table = count(db, "SELECT pg_relation_size('grpc_operation_ledger')").await? as f64;
+        let indexes = count(db, "SELECT pg_indexes_size('grpc_operation_ledger')").await? as f64;
+        let p50 = percentile(&mut claims, 0.5);
+        let name = format!("growth: claim p50 at {size} rows");
+        let fig = match figures.first() {
+            Some(smallest) => compared(name, "ms", p50, smallest),
+            None => figure(name, "ms", p50),
+        };
+        figures.push(fig);
+        figures.push(figure(
+            format!("growth: table bytes per row at {size}"),
+            "B",
+            table / rows,
+        ));
+        figures.push(figure(
+            format!("growth: index bytes per row at {size}"),
+            "B",
+            indexes / rows,
+        ));
+    }
+    Ok(figures)
+}
+
+/// The embedded default: keyed against business, one writer.
+async fn sqlite(plan: &Plan) -> Result<Vec<Figure>> {
+    let file = std::env::temp_dir().join(format!("ledger-bench-{}.sqlite", std::process::id()));
+    let db = open_sqlite(&file, &LedgerConfig::default()).await?;
+    db.execute_unprepared("CREATE TABLE bench_business (business_key VARCHAR(128) PRIMARY KEY, amount BIGINT NOT NULL)")
+        .await?;
+    let db1 = db.clone();
+    let business = drive(
+        1,
+        plan.seconds,
+        Arc::new(move |_, i| {
+            let db = db1.clone();
+            Box::pin(async move { business_op(&db, &format!("sb-{i}")).await })
+        }),
+    )
+    .await?;
+    let db2 = db.clone();
+    let keyed = drive(
+        1,
+        plan.seconds,
+        Arc::new(move |_, i| {
+            let db = db2.clone();
+            Box::pin(async move { keyed_op(&db, 0, &format!("sk-{i}")).await })
+        }),
+    )
+    .await?;
+    db.close().await?;
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", file.display()));
+    }
+    let base = figure(
+        "sqlite: business, one writer".into(),
+        "ops/s",
+        business.ops_per_second,
+    );
+    Ok(vec![
+        compared(
+            "sqlite: keyed, one writer".into(),
+            "ops/s",
+            keyed.ops_per_second,
+            &base,
+        ),
+        base,
+    ])
+}

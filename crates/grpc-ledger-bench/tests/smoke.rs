@@ -1,0 +1,30 @@
+//! The benchmark harness runs end to end with tiny counts against the PostgreSQL of
+//! `cargo xtask test`. It checks the harness, not the figures: no timing is asserted.
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_harness_runs_every_group_and_reports_ratios() {
+    let url = std::env::var("DATABASE_URL").ok().filter(|u| !u.is_empty()).unwrap_or_else(|| {
+        panic!("DATABASE_URL is not set: run `cargo xtask test`, or `cargo xtask pg start` and export DATABASE_URL=$(cargo xtask pg url)")
+    });
+    let figures = grpc_ledger_bench::run_all(&url, &grpc_ledger_bench::Plan::smoke())
+        .await
+        .unwrap();
+    let names: Vec<&str> = figures.iter().map(|f| f.name.as_str()).collect();
+    for expected in [
+        "write c=2 keyed",
+        "write c=2 keyed vs raw-sql",
+        "write c=2 keyed vs pgbench keyed",
+        "replay: claim of a committed identity p50",
+        "growth: claim p50 at 200 rows",
+        "sqlite: keyed, one writer",
+    ] {
+        let found = figures
+            .iter()
+            .find(|f| f.name == expected)
+            .unwrap_or_else(|| panic!("{expected} missing from {names:?}"));
+        assert!(found.value > 0.0, "{expected} measured nothing");
+    }
+    assert!(figures.iter().filter(|f| f.ratio.is_some()).count() >= 6);
+    let json = grpc_ledger_bench::json(&figures);
+    assert_eq!(json.as_array().unwrap().len(), figures.len());
+}
