@@ -7,6 +7,7 @@
 //! - `cargo xtask pg start|stop|url`: a development PostgreSQL that outlives the command, for
 //!   running single tests with `DATABASE_URL` by hand.
 
+mod chaos;
 mod cmd;
 mod postgres;
 mod tidy;
@@ -20,6 +21,8 @@ usage: cargo xtask <task>
 
 tasks:
   test              format check, clippy -D warnings, all tests against a real PostgreSQL
+  chaos [--quick]   the demo's workload while PostgreSQL restarts, connections are killed and
+                    the server is killed; reconciled after each (the quick run is part of `test`)
   bench [--quick] [--all]
                     the ledger benchmarks on a durable throwaway PostgreSQL (and SQLite);
                     --all adds the policy benchmarks; figures in target/bench/summary.json
@@ -44,6 +47,8 @@ fn run(args: Vec<String>) -> Result<()> {
     match args.as_slice() {
         ["test"] => test(),
         ["bench", flags @ ..] => bench(flags),
+        ["chaos"] => chaos::chaos(false, &*cmd::install_interrupt_flag()?),
+        ["chaos", "--quick"] => chaos::chaos(true, &*cmd::install_interrupt_flag()?),
         ["pg", "start"] => postgres::dev_start(false),
         ["pg", "start", "--durable"] => postgres::dev_start(true),
         ["pg", "stop"] => postgres::dev_stop(),
@@ -82,7 +87,10 @@ fn test() -> Result<()> {
     );
     // The cluster is stopped here, before the result is reported, whatever the tests did.
     drop(database);
-    outcome.context("tests")
+    outcome.context("tests")?;
+    // The quick fault run: the demo's workload through PostgreSQL restarts, killed connections and
+    // a killed server, on a cluster of its own.
+    chaos::chaos(true, &interrupted).context("chaos --quick")
 }
 
 fn bench(flags: &[&str]) -> Result<()> {

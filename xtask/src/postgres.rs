@@ -63,6 +63,11 @@ impl TestDatabase {
     }
 }
 
+/// A throwaway cluster of the machine's binaries, for fault tests that restart it.
+pub(crate) fn cluster_for_chaos() -> Result<Cluster> {
+    Cluster::start(fresh_temp_dir()?, TEST_SETTINGS, true)
+}
+
 /// A throwaway cluster with production-like durability, for measurements.
 pub(crate) fn for_benchmarks() -> Result<TestDatabase> {
     let root = fresh_temp_dir()?;
@@ -286,6 +291,29 @@ impl Cluster {
             )
         };
         stop("fast").or_else(|_| stop("immediate")).map(|_| ())
+    }
+
+    /// `pg_ctl restart -m fast`: active connections are cut, committed work survives.
+    pub(crate) fn restart_fast(&self) -> Result<()> {
+        cmd::output(
+            self.pg_command("pg_ctl")
+                .arg("--pgdata")
+                .arg(self.data_dir())
+                .arg("--log")
+                .arg(self.log_file())
+                .args(["--wait", "--timeout=60", "--mode", "fast", "restart"]),
+        )
+        .map(|_| ())
+    }
+
+    /// Runs one SQL statement with psql and returns its unaligned output.
+    pub(crate) fn psql(&self, sql: &str) -> Result<String> {
+        cmd::output(Command::new(self.bin.join("psql")).args([&self.url, "-Atqc", sql]))
+            .map(|out| out.trim().to_owned())
+    }
+
+    pub(crate) fn url(&self) -> &str {
+        &self.url
     }
 
     fn is_running(&self) -> bool {

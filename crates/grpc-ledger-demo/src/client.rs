@@ -178,7 +178,15 @@ pub async fn run_client(
     };
     report.p50 = percentile(0.50);
     report.p99 = percentile(0.99);
-    reconcile(db, &options.run_id, &acknowledged, &mut report).await?;
+    // The store may be restarting under a fault test; reconciliation waits for it.
+    let mut tries = 0;
+    while let Err(error) = reconcile(db, &options.run_id, &acknowledged, &mut report).await {
+        tries += 1;
+        if tries == 20 {
+            return Err(error.context("reconciling from the database"));
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
     Ok(report)
 }
 
@@ -268,6 +276,7 @@ async fn reconcile(
     acknowledged: &[Acknowledged],
     report: &mut DemoReport,
 ) -> Result<()> {
+    report.duplicates = 0;
     let pattern = format!("acct-{run_id}-%");
     let rows = db
         .query_all_raw(statement(

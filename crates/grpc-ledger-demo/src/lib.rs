@@ -149,15 +149,16 @@ pub struct FaultOptions {
     pub delay_rate: f64,
 }
 
-/// Starts the server on a loopback port, runs the client workload through the faults, reconciles
-/// from the database, and stops the server.
-pub async fn run_demo(
+/// Opens the store (creating the SQLite file, or applying the ledger's migrations on PostgreSQL)
+/// and the demo's business table.
+pub async fn open_store(
     store: &Store,
-    faults: FaultOptions,
-    client: &ClientOptions,
-) -> anyhow::Result<DemoReport> {
+) -> anyhow::Result<(
+    sea_orm::DatabaseConnection,
+    grpc_operation_ledger_seaorm::LedgerConfig,
+)> {
     use grpc_operation_ledger_seaorm::{
-        LedgerConfig, LedgerMigrator, SeaOrmUnitsOfWork, connect_postgres, open_sqlite,
+        LedgerConfig, LedgerMigrator, connect_postgres, open_sqlite,
     };
     use sea_orm_migration::MigratorTrait;
 
@@ -174,40 +175,74 @@ pub async fn run_demo(
         }
     };
     prepare_database(&db).await?;
+    Ok((db, config))
+}
+
+/// The payments service on `db`, with the fault layer `faults` after each commit.
+pub fn service(
+    db: &sea_orm::DatabaseConnection,
+    config: &grpc_operation_ledger_seaorm::LedgerConfig,
+    faults: std::sync::Arc<Faults>,
+    id_prefix: &str,
+) -> anyhow::Result<PaymentsService> {
     // The demo hashes keys with a server secret, as a production deployment should.
     let hasher = grpc_core_api::KeyHasher::hmac_sha256(b"demo-server-secret-change-me-0123")?;
     let guard = grpc_tonic::KeyedMutationGuard::new(
-        SeaOrmUnitsOfWork::new(db.clone(), &config),
+        grpc_operation_ledger_seaorm::SeaOrmUnitsOfWork::new(db.clone(), config),
         grpc_tonic::GuardConfig::new(hasher),
     );
+    Ok(PaymentsService::new(guard, faults, id_prefix))
+}
+
+/// The delay the fault layer adds: past the service config's per-attempt timeout (0.5 s), within
+/// the call's deadline.
+pub const INJECTED_DELAY: Duration = Duration::from_millis(600);
+
+/// Serves `service` on `listener` until `shutdown` completes.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    service: PaymentsService,
+    shutdown: impl std::future::Future<Output = ()> + Send,
+) -> anyhow::Result<()> {
+    tonic::transport::Server::builder()
+        .add_service(pb::payments_server::PaymentsServer::with_interceptor(
+            service,
+            authenticate,
+        ))
+        .serve_with_incoming_shutdown(
+            tokio_stream::wrappers::TcpListenerStream::new(listener),
+            shutdown,
+        )
+        .await?;
+    Ok(())
+}
+
+/// Starts the server on a loopback port, runs the client workload through the faults, reconciles
+/// from the database, and stops the server.
+pub async fn run_demo(
+    store: &Store,
+    faults: FaultOptions,
+    client: &ClientOptions,
+) -> anyhow::Result<DemoReport> {
+    let (db, config) = open_store(store).await?;
     let fault_layer = std::sync::Arc::new(Faults::new(
         faults.drop_rate,
         faults.delay_rate,
-        // Past the service config's per-attempt timeout (0.5 s), within the call's deadline.
-        Duration::from_millis(600),
+        INJECTED_DELAY,
         0x5eed_u64 ^ client.run_id.len() as u64,
     ));
-    let service = PaymentsService::new(
-        guard,
+    let service = service(
+        &db,
+        &config,
         std::sync::Arc::clone(&fault_layer),
         &format!("pay-{}", client.run_id),
-    );
+    )?;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(
-        tonic::transport::Server::builder()
-            .add_service(pb::payments_server::PaymentsServer::with_interceptor(
-                service,
-                authenticate,
-            ))
-            .serve_with_incoming_shutdown(
-                tokio_stream::wrappers::TcpListenerStream::new(listener),
-                async {
-                    let _ = stopped.await;
-                },
-            ),
-    );
+    let server = tokio::spawn(serve(listener, service, async {
+        let _ = stopped.await;
+    }));
     let report = run_client(addr, client, &db).await;
     let _ = stop.send(());
     server.await??;

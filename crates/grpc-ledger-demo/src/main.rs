@@ -4,7 +4,10 @@ use std::process::ExitCode;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use clap::Parser;
-use grpc_ledger_demo::{ClientOptions, FaultOptions, Store, run_demo};
+use grpc_ledger_demo::{
+    ClientOptions, FaultOptions, Faults, INJECTED_DELAY, Store, open_store, run_client, run_demo,
+    serve, service,
+};
 
 /// Runs the payments service on a loopback port and a client that loses responses on purpose,
 /// then reconciles the payments table against what the client was told.
@@ -36,35 +39,44 @@ struct Args {
     /// The SQLite file (default: a fresh file in the temporary directory, removed afterwards).
     #[arg(long)]
     sqlite: Option<std::path::PathBuf>,
+    /// Only serve, on this address, until killed (for fault tests that kill the server).
+    #[arg(long, value_name = "ADDR", conflicts_with = "connect")]
+    serve: Option<std::net::SocketAddr>,
+    /// Only run the client, against a server at this address; reconcile from the same database.
+    #[arg(long, value_name = "ADDR")]
+    connect: Option<std::net::SocketAddr>,
+    /// Names this run's keys and accounts (default: from the clock).
+    #[arg(long)]
+    run_id: Option<String>,
 }
 
 #[tokio::main]
 async fn main() -> ExitCode {
     let args = Args::parse();
-    let run_id = format!(
-        "{:x}",
-        SystemTime::now()
+    let run_id = args.run_id.clone().unwrap_or_else(|| {
+        let millis = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_millis())
-            .unwrap_or(0)
-    );
+            .unwrap_or(0);
+        format!("{millis:x}")
+    });
     let temporary = std::env::temp_dir().join(format!("grpc-ledger-demo-{run_id}.sqlite"));
     let store = match (&args.database_url, &args.sqlite) {
         (Some(url), _) => Store::Postgres(url.clone()),
         (None, Some(path)) => Store::Sqlite(path.clone()),
         (None, None) => Store::Sqlite(temporary.clone()),
     };
+    let faults = FaultOptions {
+        drop_rate: args.drop_rate,
+        delay_rate: args.delay_rate,
+    };
     let client = ClientOptions {
         payments: args.payments,
         concurrency: args.concurrency,
         deadline: Duration::from_millis(args.deadline_ms),
         changed_body_every: args.changed_body_every,
-        run_id,
-        progress: true,
-    };
-    let faults = FaultOptions {
-        drop_rate: args.drop_rate,
-        delay_rate: args.delay_rate,
+        run_id: run_id.clone(),
+        progress: args.serve.is_none() && args.connect.is_none(),
     };
     eprintln!(
         "store: {}",
@@ -73,14 +85,21 @@ async fn main() -> ExitCode {
             Store::Postgres(_) => "PostgreSQL".to_owned(),
         }
     );
-    let outcome = run_demo(&store, faults, &client).await;
+    let outcome = match (args.serve, args.connect) {
+        (Some(addr), _) => serve_only(&store, faults, addr, &run_id)
+            .await
+            .map(|()| None),
+        (None, Some(addr)) => connect_only(&store, addr, &client).await.map(Some),
+        (None, None) => run_demo(&store, faults, &client).await.map(Some),
+    };
     if args.database_url.is_none() && args.sqlite.is_none() {
         for suffix in ["", "-wal", "-shm"] {
             let _ = std::fs::remove_file(format!("{}{suffix}", temporary.display()));
         }
     }
     match outcome {
-        Ok(report) => {
+        Ok(None) => ExitCode::SUCCESS,
+        Ok(Some(report)) => {
             println!("{report}");
             if report.reconciled() {
                 ExitCode::SUCCESS
@@ -93,4 +112,41 @@ async fn main() -> ExitCode {
             ExitCode::from(2)
         }
     }
+}
+
+/// Serves until interrupted or killed.
+async fn serve_only(
+    store: &Store,
+    faults: FaultOptions,
+    addr: std::net::SocketAddr,
+    run_id: &str,
+) -> anyhow::Result<()> {
+    let (db, config) = open_store(store).await?;
+    let layer = std::sync::Arc::new(Faults::new(
+        faults.drop_rate,
+        faults.delay_rate,
+        INJECTED_DELAY,
+        u64::from(std::process::id()),
+    ));
+    // A restarted server must not reuse a payment id of the process it replaces.
+    let prefix = format!("pay-{run_id}-{}", std::process::id());
+    let service = service(&db, &config, layer, &prefix)?;
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    println!("listening on {}", listener.local_addr()?);
+    serve(listener, service, async {
+        let _ = tokio::signal::ctrl_c().await;
+    })
+    .await
+}
+
+/// Runs the client against a server elsewhere and reconciles from the same database.
+async fn connect_only(
+    store: &Store,
+    addr: std::net::SocketAddr,
+    client: &ClientOptions,
+) -> anyhow::Result<grpc_ledger_demo::DemoReport> {
+    let (db, _) = open_store(store).await?;
+    let report = run_client(addr, client, &db).await?;
+    db.close().await?;
+    Ok(report)
 }

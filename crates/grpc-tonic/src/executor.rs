@@ -288,8 +288,29 @@ impl RetryExecutor {
         S: FnMut() -> SF,
         SF: Future<Output = Result<Resolution<R>, Status>>,
     {
-        for _ in 0..self.settings.max_resolutions.max(1) {
-            match resolve().await? {
+        for round in 0..self.settings.max_resolutions.max(1) {
+            let answer = match resolve().await {
+                Ok(answer) => answer,
+                // The lookup itself failed on the way (the server restarting, say): the outcome
+                // is still unknown, so ask again rather than give up or resend.
+                Err(status)
+                    if matches!(
+                        status.code(),
+                        Code::Unavailable | Code::DeadlineExceeded | Code::Aborted
+                    ) =>
+                {
+                    let wait = Duration::from_millis(50 * (u64::from(round) + 1));
+                    let left = deadline.map(|d| d.saturating_sub(started.elapsed()));
+                    if left.is_some_and(|left| left < wait) {
+                        return Err(status);
+                    }
+                    tracing::info!(code = ?status.code(), ?wait, "the lookup failed; asking again");
+                    tokio::time::sleep(wait).await;
+                    continue;
+                }
+                Err(status) => return Err(status),
+            };
+            match answer {
                 Resolution::Committed(response) => {
                     tracing::info!("resolved: the operation committed; returning its outcome");
                     self.stats.replays.fetch_add(1, Ordering::Relaxed);
