@@ -53,6 +53,52 @@ pub(crate) fn run(command: &mut Command, interrupted: &AtomicBool) -> Result<()>
     }
 }
 
+/// Like [`cargo`], but also returns the child's stdout, which is still shown as it comes.
+pub(crate) fn cargo_tee(
+    args: &[&str],
+    env: &[(&str, &str)],
+    interrupted: &AtomicBool,
+) -> Result<String> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+    let mut command = Command::new(cargo);
+    command.args(args).stdout(Stdio::piped());
+    for (key, value) in env {
+        command.env(key, value);
+    }
+    let shown = format!("{command:?}");
+    eprintln!("xtask: $ {shown}");
+    let mut child = command
+        .stdin(Stdio::null())
+        .spawn()
+        .with_context(|| format!("starting {shown}"))?;
+    let stdout = child.stdout.take().context("child stdout")?;
+    let reader = std::thread::spawn(move || {
+        let mut seen = String::new();
+        for line in std::io::BufRead::lines(std::io::BufReader::new(stdout)).map_while(Result::ok) {
+            println!("{line}");
+            seen.push_str(&line);
+            seen.push('\n');
+        }
+        seen
+    });
+    let status = loop {
+        if let Some(status) = child.try_wait()? {
+            break status;
+        }
+        if interrupted.load(Ordering::SeqCst) {
+            let _ = child.kill();
+            let _ = child.wait();
+            bail!("interrupted while running {shown}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let seen = reader.join().unwrap_or_default();
+    if !status.success() {
+        bail!("{shown} failed with {status}");
+    }
+    Ok(seen)
+}
+
 /// Runs a command to completion, capturing its output; fails with its stderr on a non-zero exit.
 pub(crate) fn output(command: &mut Command) -> Result<String> {
     let shown = format!("{command:?}");

@@ -80,17 +80,40 @@ fn test() -> Result<()> {
     .context("clippy")?;
     let database = postgres::for_tests()?;
     eprintln!("xtask: tests use PostgreSQL at {}", database.redacted_url());
-    let outcome = cmd::cargo(
+    let outcome = cmd::cargo_tee(
         &["test", "--workspace", "--all-features"],
         &[("DATABASE_URL", database.url())],
         &interrupted,
     );
     // The cluster is stopped here, before the result is reported, whatever the tests did.
     drop(database);
-    outcome.context("tests")?;
+    let output = outcome.context("tests")?;
     // The quick fault run: the demo's workload through PostgreSQL restarts, killed connections and
     // a killed server, on a cluster of its own.
-    chaos::chaos(true, &interrupted).context("chaos --quick")
+    chaos::chaos(true, &interrupted).context("chaos --quick")?;
+    let (passed, failed) = count_tests(&output);
+    println!("tests: {passed} passed, {failed} failed");
+    Ok(())
+}
+
+/// Sums the `test result: ok. N passed; M failed; ...` lines of cargo test's output.
+fn count_tests(output: &str) -> (u64, u64) {
+    let number_before = |line: &str, word: &str| {
+        line.split(';')
+            .find(|part| part.trim_end().ends_with(word))
+            .and_then(|part| part.split_whitespace().rev().nth(1))
+            .and_then(|n| n.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    output
+        .lines()
+        .filter(|line| line.starts_with("test result:"))
+        .fold((0, 0), |(passed, failed), line| {
+            (
+                passed + number_before(line, "passed"),
+                failed + number_before(line, "failed"),
+            )
+        })
 }
 
 fn bench(flags: &[&str]) -> Result<()> {
@@ -205,4 +228,14 @@ fn policy_benches(summary: &std::path::Path) -> Result<()> {
         format!("{trimmed}{separator}{}\n]\n", entries.join(",\n")),
     )?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn test_counts_are_summed_from_cargo_output() {
+        let output = "running 2 tests\ntest result: ok. 2 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out; finished in 0.00s\n\
+                      test result: ok. 16 passed; 1 failed; 0 ignored; 0 measured; 0 filtered out; finished in 3.49s\n";
+        assert_eq!(super::count_tests(output), (18, 1));
+    }
 }
