@@ -9,6 +9,7 @@
 
 mod chaos;
 mod cmd;
+mod fuzz;
 mod postgres;
 mod tidy;
 
@@ -23,6 +24,8 @@ tasks:
   test              format check, clippy -D warnings, all tests against a real PostgreSQL
   chaos [--quick]   the demo's workload while PostgreSQL restarts, connections are killed and
                     the server is killed; reconciled after each (the quick run is part of `test`)
+  fuzz [--seconds N]
+                    every cargo-fuzz target (service config, method, key parsers) for N s each
   bench [--quick] [--all]
                     the ledger benchmarks on a durable throwaway PostgreSQL (and SQLite);
                     --all adds the policy benchmarks; figures in target/bench/summary.json
@@ -47,6 +50,11 @@ fn run(args: Vec<String>) -> Result<()> {
     match args.as_slice() {
         ["test"] => test(),
         ["bench", flags @ ..] => bench(flags),
+        ["fuzz"] => fuzz::fuzz(60, &*cmd::install_interrupt_flag()?),
+        ["fuzz", "--seconds", seconds] => {
+            let seconds = seconds.parse().context("--seconds takes a whole number")?;
+            fuzz::fuzz(seconds, &*cmd::install_interrupt_flag()?)
+        }
         ["chaos"] => chaos::chaos(false, &*cmd::install_interrupt_flag()?),
         ["chaos", "--quick"] => chaos::chaos(true, &*cmd::install_interrupt_flag()?),
         ["pg", "start"] => postgres::dev_start(false),

@@ -174,3 +174,18 @@ fn only_the_channel_owner_may_carry_retries_in_the_service_config() {
             .is_ok()
     );
 }
+
+/// Found by `cargo xtask fuzz`: a huge `backoffMultiplier` came back from emit-then-parse one ulp
+/// off, because JSON floats were not parsed to the nearest double. Emitting must be exact.
+#[test]
+fn fuzz_regression_huge_multipliers_round_trip_exactly() {
+    for file in ["huge_multiplier_1.json", "huge_multiplier_2.json"] {
+        let text = std::fs::read_to_string(format!("tests/data/fuzz_regressions/{file}")).unwrap();
+        let config = ServiceConfig::parse(&text).expect("valid");
+        assert_eq!(
+            ServiceConfig::parse(&config.to_json().to_string()).expect("emitted parses"),
+            config,
+            "{file}"
+        );
+    }
+}
