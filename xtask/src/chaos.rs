@@ -12,6 +12,9 @@ use anyhow::{Context, Result, bail};
 use crate::cmd;
 use crate::postgres::{self, Cluster};
 
+const ORPHANS: &str = "SELECT count(*) FROM grpc_operation_ledger WHERE state = 'IN_PROGRESS' \
+     AND lease_expires_at < (EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::BIGINT";
+
 struct Summary {
     scenario: &'static str,
     faults: u32,
@@ -69,6 +72,8 @@ pub(crate) fn chaos(quick: bool, interrupted: &AtomicBool) -> Result<()> {
         rounds,
         interrupted,
     )?);
+    let (failover, orphans_after_failover) = failover(&demo, payments, interrupted)?;
+    summaries.push(failover);
 
     println!("\n{:<24} {:>7}  demo report", "scenario", "faults");
     let mut failed = Vec::new();
@@ -104,12 +109,11 @@ pub(crate) fn chaos(quick: bool, interrupted: &AtomicBool) -> Result<()> {
             failed.push(summary.scenario);
         }
     }
-    let orphans = cluster.psql(
-        "SELECT count(*) FROM grpc_operation_ledger WHERE state = 'IN_PROGRESS' \
-         AND lease_expires_at < (EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::BIGINT",
-    )?;
-    println!("IN_PROGRESS rows without a live lease: {orphans}");
-    if orphans != "0" {
+    let orphans = cluster.psql(ORPHANS)?;
+    println!(
+        "IN_PROGRESS rows without a live lease: {orphans} (and {orphans_after_failover} on the promoted standby)"
+    );
+    if orphans != "0" || orphans_after_failover != "0" {
         failed.push("orphaned claims");
     }
     if !failed.is_empty() {
@@ -119,8 +123,12 @@ pub(crate) fn chaos(quick: bool, interrupted: &AtomicBool) -> Result<()> {
 }
 
 fn demo_command(demo: &Path, cluster: &Cluster, payments: u32, run_id: &str) -> Command {
+    demo_command_at(demo, cluster.url(), payments, run_id)
+}
+
+fn demo_command_at(demo: &Path, url: &str, payments: u32, run_id: &str) -> Command {
     let mut command = Command::new(demo);
-    command.args(["--database-url", cluster.url(), "--run-id", run_id]);
+    command.args(["--database-url", url, "--run-id", run_id]);
     command.args([
         "--payments",
         &payments.to_string(),
@@ -250,4 +258,135 @@ fn server_killed(
         faults: kills,
         report: report?,
     })
+}
+
+/// A primary with a synchronous standby (streaming replication between two local clusters); the
+/// demo reaches them through a TCP proxy. Mid-load the primary is stopped as if it crashed, the
+/// standby is promoted and the proxy sends new connections to it. Returns the demo's summary and
+/// the orphaned claims found on the promoted standby.
+fn failover(demo: &Path, payments: u32, interrupted: &AtomicBool) -> Result<(Summary, String)> {
+    eprintln!("xtask: chaos scenario: failover to a synchronous standby");
+    let primary = postgres::synchronous_primary()?;
+    let standby = primary.start_standby(postgres::STANDBY_SETTINGS)?;
+    let started = Instant::now();
+    while primary.psql("SELECT count(*) FROM pg_stat_replication WHERE sync_state = 'sync'")? != "1"
+    {
+        if started.elapsed() > Duration::from_secs(30) {
+            bail!("the standby never became synchronous");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let proxy = proxy::Proxy::start(primary.port()?)?;
+    let url = format!("postgres://postgres@127.0.0.1:{}/postgres", proxy.port());
+    let run_id = format!("failover{}", std::process::id());
+    let child = demo_command_at(demo, &url, payments, &run_id)
+        .stdout(Stdio::piped())
+        .spawn()
+        .context("starting the demo")?;
+    let mut tick = 0;
+    let mut faults = 0;
+    let report = wait_with(child, interrupted, || {
+        tick += 1;
+        if tick == 8 {
+            primary.stop_immediately()?;
+            standby.promote()?;
+            proxy.switch_to(standby.port()?);
+            faults += 1;
+        }
+        Ok(())
+    })?;
+    let orphans = standby.psql(ORPHANS)?;
+    Ok((
+        Summary {
+            scenario: "failover to standby",
+            faults,
+            report,
+        },
+        orphans,
+    ))
+}
+
+mod proxy {
+    //! A TCP forwarder on loopback whose target can be switched; switching cuts every forwarded
+    //! connection, as a failover cuts clients off the old primary.
+
+    use std::io::{Read, Write};
+    use std::net::{Shutdown, TcpListener, TcpStream};
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU16, AtomicU64, Ordering};
+    use std::time::Duration;
+
+    use anyhow::Result;
+
+    pub(crate) struct Proxy {
+        port: u16,
+        target: Arc<AtomicU16>,
+        generation: Arc<AtomicU64>,
+    }
+
+    impl Proxy {
+        pub(crate) fn start(target: u16) -> Result<Self> {
+            let listener = TcpListener::bind("127.0.0.1:0")?;
+            let port = listener.local_addr()?.port();
+            let target = Arc::new(AtomicU16::new(target));
+            let generation = Arc::new(AtomicU64::new(0));
+            let (t, g) = (Arc::clone(&target), Arc::clone(&generation));
+            // The accept thread lives until xtask exits; it holds only loopback sockets.
+            std::thread::spawn(move || {
+                for client in listener.incoming().flatten() {
+                    let (target, generation) = (t.load(Ordering::SeqCst), Arc::clone(&g));
+                    std::thread::spawn(move || forward(client, target, generation));
+                }
+            });
+            Ok(Self {
+                port,
+                target,
+                generation,
+            })
+        }
+
+        pub(crate) fn port(&self) -> u16 {
+            self.port
+        }
+
+        pub(crate) fn switch_to(&self, target: u16) {
+            self.target.store(target, Ordering::SeqCst);
+            self.generation.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    fn forward(client: TcpStream, target: u16, generation: Arc<AtomicU64>) {
+        let born = generation.load(Ordering::SeqCst);
+        let Ok(server) = TcpStream::connect(("127.0.0.1", target)) else {
+            let _ = client.shutdown(Shutdown::Both);
+            return;
+        };
+        let pump = |mut from: TcpStream, mut to: TcpStream| {
+            std::thread::spawn(move || {
+                let mut buffer = [0u8; 16 * 1024];
+                while let Ok(n) = from.read(&mut buffer) {
+                    if n == 0 || to.write_all(&buffer[..n]).is_err() {
+                        break;
+                    }
+                }
+                let _ = to.shutdown(Shutdown::Both);
+                let _ = from.shutdown(Shutdown::Both);
+            })
+        };
+        let (Ok(c2), Ok(s2)) = (client.try_clone(), server.try_clone()) else {
+            return;
+        };
+        let up = pump(c2, s2);
+        let (Ok(c3), Ok(s3)) = (client.try_clone(), server.try_clone()) else {
+            return;
+        };
+        let down = pump(s3, c3);
+        while !up.is_finished() || !down.is_finished() {
+            if generation.load(Ordering::SeqCst) != born {
+                let _ = client.shutdown(Shutdown::Both);
+                let _ = server.shutdown(Shutdown::Both);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
 }

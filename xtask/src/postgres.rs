@@ -63,6 +63,30 @@ impl TestDatabase {
     }
 }
 
+/// Settings for a primary whose commits wait for a synchronous standby.
+pub(crate) const SYNCHRONOUS_PRIMARY_SETTINGS: &[(&str, &str)] = &[
+    ("fsync", "off"),
+    ("synchronous_commit", "on"),
+    ("synchronous_standby_names", "'*'"),
+    ("max_connections", "400"),
+    ("shared_buffers", "128MB"),
+];
+
+/// Settings for its standby: after promotion it must not wait for a standby of its own.
+pub(crate) const STANDBY_SETTINGS: &[(&str, &str)] = &[
+    ("fsync", "off"),
+    ("synchronous_commit", "on"),
+    ("synchronous_standby_names", "''"),
+    ("max_connections", "400"),
+    ("shared_buffers", "128MB"),
+    ("hot_standby", "on"),
+];
+
+/// A throwaway primary for the failover scenario.
+pub(crate) fn synchronous_primary() -> Result<Cluster> {
+    Cluster::start(fresh_temp_dir()?, SYNCHRONOUS_PRIMARY_SETTINGS, true)
+}
+
 /// A throwaway cluster of the machine's binaries, for fault tests that restart it.
 pub(crate) fn cluster_for_chaos() -> Result<Cluster> {
     Cluster::start(fresh_temp_dir()?, TEST_SETTINGS, true)
@@ -180,6 +204,13 @@ pub(crate) struct Cluster {
 impl Cluster {
     /// Initialises a cluster in `root/data` and starts it on a free loopback port.
     fn start(root: PathBuf, settings: &[(&str, &str)], throwaway: bool) -> Result<Self> {
+        let cluster = Self::prepare(root, throwaway)?;
+        cluster.init()?;
+        cluster.start_anywhere(settings)
+    }
+
+    /// A cluster directory owned by the cluster's user, nothing in it yet.
+    fn prepare(root: PathBuf, throwaway: bool) -> Result<Self> {
         let bin = bin_dir()?;
         let run_as = if running_as_root()? {
             ensure_system_user()?;
@@ -190,14 +221,18 @@ impl Cluster {
         if let Some(user) = run_as {
             cmd::output(Command::new("chown").args(["-R", &format!("{user}:"), path_str(&root)?]))?;
         }
-        let mut cluster = Self {
+        Ok(Self {
             bin,
             root,
             run_as,
             url: String::new(),
             throwaway,
-        };
-        cluster.init()?;
+        })
+    }
+
+    /// Starts the cluster on a free loopback port.
+    fn start_anywhere(mut self, settings: &[(&str, &str)]) -> Result<Self> {
+        let cluster = &mut self;
         // A free port can be taken between our probe and the server's bind; try a few.
         let mut last_error = None;
         for _ in 0..3 {
@@ -205,7 +240,7 @@ impl Cluster {
             match cluster.start_on(port, settings) {
                 Ok(()) => {
                     cluster.url = format!("postgres://postgres@127.0.0.1:{port}/postgres");
-                    return Ok(cluster);
+                    return Ok(self);
                 }
                 Err(error) => last_error = Some(error),
             }
@@ -293,6 +328,56 @@ impl Cluster {
         stop("fast").or_else(|_| stop("immediate")).map(|_| ())
     }
 
+    /// A streaming-replication standby of this cluster, from `pg_basebackup`, started on a free
+    /// port with the same settings.
+    pub(crate) fn start_standby(&self, settings: &[(&str, &str)]) -> Result<Cluster> {
+        let standby = Self::prepare(fresh_temp_dir()?, true)?;
+        cmd::output(
+            standby
+                .pg_command("pg_basebackup")
+                .args(["--dbname", &self.url, "--pgdata"])
+                .arg(standby.data_dir())
+                .args([
+                    "--write-recovery-conf",
+                    "--wal-method=stream",
+                    "--checkpoint=fast",
+                ]),
+        )
+        .context("pg_basebackup")?;
+        standby.start_anywhere(settings)
+    }
+
+    /// Promotes a standby to primary.
+    pub(crate) fn promote(&self) -> Result<()> {
+        cmd::output(
+            self.pg_command("pg_ctl")
+                .arg("--pgdata")
+                .arg(self.data_dir())
+                .args(["--wait", "--timeout=60", "promote"]),
+        )
+        .map(|_| ())
+    }
+
+    /// Stops the server at once, as a crash would (no shutdown checkpoint).
+    pub(crate) fn stop_immediately(&self) -> Result<()> {
+        cmd::output(
+            self.pg_command("pg_ctl")
+                .arg("--pgdata")
+                .arg(self.data_dir())
+                .args(["--wait", "--timeout=60", "--mode", "immediate", "stop"]),
+        )
+        .map(|_| ())
+    }
+
+    /// The port the server listens on.
+    pub(crate) fn port(&self) -> Result<u16> {
+        self.url
+            .rsplit_once(':')
+            .and_then(|(_, rest)| rest.split('/').next())
+            .and_then(|port| port.parse().ok())
+            .context("the cluster URL has no port")
+    }
+
     /// `pg_ctl restart -m fast`: active connections are cut, committed work survives.
     pub(crate) fn restart_fast(&self) -> Result<()> {
         cmd::output(
@@ -332,7 +417,9 @@ impl Drop for Cluster {
         if !self.throwaway {
             return;
         }
-        if let Err(error) = self.stop() {
+        if self.is_running()
+            && let Err(error) = self.stop()
+        {
             eprintln!("xtask: stopping PostgreSQL failed: {error:#}");
         }
         if let Err(error) = std::fs::remove_dir_all(&self.root) {
