@@ -246,6 +246,7 @@ fn server_killed(
             server.kill()?; // SIGKILL: no graceful shutdown, transactions die with the process
             server.wait()?;
             kills += 1;
+            // Some downtime, as a real crash has, before the replacement comes up.
             std::thread::sleep(Duration::from_millis(300));
             server = start_server()?;
         }

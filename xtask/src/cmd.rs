@@ -1,6 +1,6 @@
 //! Running child commands so that an interrupt still lets the caller clean up.
 
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -17,25 +17,64 @@ pub(crate) fn install_interrupt_flag() -> Result<Arc<AtomicBool>> {
     Ok(flag)
 }
 
-/// Runs `cargo` with the given arguments and extra environment, failing on a non-zero exit.
-pub(crate) fn cargo(args: &[&str], env: &[(&str, &str)], interrupted: &AtomicBool) -> Result<()> {
+/// A `cargo` command (the one running xtask) with the given arguments and extra environment.
+fn cargo_command(args: &[&str], env: &[(&str, &str)]) -> Command {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
     let mut command = Command::new(cargo);
     command.args(args);
     for (key, value) in env {
         command.env(key, value);
     }
-    run(&mut command, interrupted)
+    command
+}
+
+/// Runs `cargo` with the given arguments and extra environment, failing on a non-zero exit.
+pub(crate) fn cargo(args: &[&str], env: &[(&str, &str)], interrupted: &AtomicBool) -> Result<()> {
+    run(&mut cargo_command(args, env), interrupted)
+}
+
+/// Like [`cargo`], but also returns the child's stdout, which is still shown as it comes.
+pub(crate) fn cargo_tee(
+    args: &[&str],
+    env: &[(&str, &str)],
+    interrupted: &AtomicBool,
+) -> Result<String> {
+    let mut command = cargo_command(args, env);
+    let (mut child, shown) = spawn(command.stdout(Stdio::piped()))?;
+    let stdout = child.stdout.take().context("child stdout")?;
+    let reader = std::thread::spawn(move || {
+        let mut seen = String::new();
+        for line in std::io::BufRead::lines(std::io::BufReader::new(stdout)).map_while(Result::ok) {
+            println!("{line}");
+            seen.push_str(&line);
+            seen.push('\n');
+        }
+        seen
+    });
+    wait(child, &shown, interrupted)?;
+    reader
+        .join()
+        .map_err(|_| anyhow::anyhow!("reading the output of {shown} failed"))
 }
 
 /// Runs a command with inherited output; kills it if an interrupt arrives.
 pub(crate) fn run(command: &mut Command, interrupted: &AtomicBool) -> Result<()> {
+    let (child, shown) = spawn(command)?;
+    wait(child, &shown, interrupted)
+}
+
+fn spawn(command: &mut Command) -> Result<(Child, String)> {
     let shown = format!("{command:?}");
     eprintln!("xtask: $ {shown}");
-    let mut child = command
+    let child = command
         .stdin(Stdio::null())
         .spawn()
         .with_context(|| format!("starting {shown}"))?;
+    Ok((child, shown))
+}
+
+/// Waits for `child`, failing on a non-zero exit; kills it if an interrupt arrives.
+fn wait(mut child: Child, shown: &str, interrupted: &AtomicBool) -> Result<()> {
     loop {
         if let Some(status) = child.try_wait()? {
             if status.success() {
@@ -51,52 +90,6 @@ pub(crate) fn run(command: &mut Command, interrupted: &AtomicBool) -> Result<()>
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-}
-
-/// Like [`cargo`], but also returns the child's stdout, which is still shown as it comes.
-pub(crate) fn cargo_tee(
-    args: &[&str],
-    env: &[(&str, &str)],
-    interrupted: &AtomicBool,
-) -> Result<String> {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
-    let mut command = Command::new(cargo);
-    command.args(args).stdout(Stdio::piped());
-    for (key, value) in env {
-        command.env(key, value);
-    }
-    let shown = format!("{command:?}");
-    eprintln!("xtask: $ {shown}");
-    let mut child = command
-        .stdin(Stdio::null())
-        .spawn()
-        .with_context(|| format!("starting {shown}"))?;
-    let stdout = child.stdout.take().context("child stdout")?;
-    let reader = std::thread::spawn(move || {
-        let mut seen = String::new();
-        for line in std::io::BufRead::lines(std::io::BufReader::new(stdout)).map_while(Result::ok) {
-            println!("{line}");
-            seen.push_str(&line);
-            seen.push('\n');
-        }
-        seen
-    });
-    let status = loop {
-        if let Some(status) = child.try_wait()? {
-            break status;
-        }
-        if interrupted.load(Ordering::SeqCst) {
-            let _ = child.kill();
-            let _ = child.wait();
-            bail!("interrupted while running {shown}");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    let seen = reader.join().unwrap_or_default();
-    if !status.success() {
-        bail!("{shown} failed with {status}");
-    }
-    Ok(seen)
 }
 
 /// Runs a command to completion, capturing its output; fails with its stderr on a non-zero exit.

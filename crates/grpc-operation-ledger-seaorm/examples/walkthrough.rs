@@ -56,10 +56,11 @@ async fn handle(
         }
         ClaimOutcome::Completed(record) => {
             tally.replayed += 1;
-            Ok(record
+            // This walkthrough records no failures, so a finished payment always has an outcome.
+            record
                 .outcome_reference()
                 .map(|r| r.as_str().to_owned())
-                .unwrap_or_default())
+                .ok_or_else(|| LedgerError::internal("a replayed payment has no outcome"))
         }
         ClaimOutcome::InProgress { retry_after, .. } => Err(LedgerError::InFlight { retry_after }),
     }

@@ -16,17 +16,25 @@
 //! restarts of that process. Use PostgreSQL as soon as more than one process serves the same
 //! operations, or when the ledger must survive the loss of the machine.
 //!
-//! ```no_run
-//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! use grpc_core_api::*;
 //! use grpc_operation_ledger_seaorm::{LedgerConfig, SeaOrmOperationLedger, open_sqlite};
 //! use sea_orm::TransactionTrait;
 //!
-//! let db = open_sqlite("ledger.sqlite".as_ref(), &LedgerConfig::default()).await?;
+//! # let dir = std::env::temp_dir().join(format!("ledger-doc-{}", std::process::id()));
+//! # std::fs::create_dir_all(&dir)?;
+//! let db = open_sqlite(&dir.join("ledger.sqlite"), &LedgerConfig::default()).await?;
+//! let identity = GrpcOperationIdentity::new(
+//!     CallerFingerprint::from_principal(b"spiffe://bank.example/checkout"),
+//!     GrpcMethod::parse("/payments.v1.Payments/CreatePayment")?,
+//!     KeyHasher::Sha256.hash(&IdempotencyKey::parse("order-4711")?),
+//! );
+//! let lease = LeaseDuration::new(std::time::Duration::from_secs(30))?;
+//!
 //! let txn = db.begin().await?;
 //! let ledger = SeaOrmOperationLedger::new(&txn);
-//! # let identity: GrpcOperationIdentity = unimplemented!();
-//! let lease = LeaseDuration::new(std::time::Duration::from_secs(30))?;
 //! if let ClaimOutcome::Claimed { version, .. } =
 //!     ledger.claim(&identity, &RequestFingerprint::of(b"request"), lease).await?
 //! {
@@ -34,6 +42,15 @@
 //!     ledger.mark_committed(&identity, version, &OutcomeReference::parse("payment-1")?).await?;
 //! }
 //! txn.commit().await?;
+//!
+//! // The same request again replays the recorded outcome.
+//! let again = SeaOrmOperationLedger::new(&db)
+//!     .claim(&identity, &RequestFingerprint::of(b"request"), lease)
+//!     .await?;
+//! assert!(matches!(again, ClaimOutcome::Completed(record)
+//!     if record.outcome_reference().map(OutcomeReference::as_str) == Some("payment-1")));
+//! # db.close().await?;
+//! # std::fs::remove_dir_all(&dir)?;
 //! # Ok(()) }
 //! ```
 
