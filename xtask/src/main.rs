@@ -69,6 +69,9 @@ fn run(args: Vec<String>) -> Result<()> {
     }
 }
 
+/// The property tests' seed in `cargo xtask test` unless PROPTEST_RNG_SEED is set.
+const PROPTEST_SEED: &str = "20261203";
+
 fn test() -> Result<()> {
     let interrupted = cmd::install_interrupt_flag()?;
     cmd::cargo(&["fmt", "--all", "--check"], &[], &interrupted).context("formatting check")?;
@@ -88,9 +91,17 @@ fn test() -> Result<()> {
     .context("clippy")?;
     let database = postgres::for_tests()?;
     eprintln!("xtask: tests use PostgreSQL at {}", database.redacted_url());
+    // Property tests draw from a fixed seed, so a case that fails in CI fails the same way on a
+    // developer's machine; set PROPTEST_RNG_SEED to explore other inputs.
+    let proptest_seed =
+        std::env::var("PROPTEST_RNG_SEED").unwrap_or_else(|_| PROPTEST_SEED.to_owned());
+    eprintln!("xtask: property tests use PROPTEST_RNG_SEED={proptest_seed}");
     let outcome = cmd::cargo_tee(
         &["test", "--workspace", "--all-features"],
-        &[("DATABASE_URL", database.url())],
+        &[
+            ("DATABASE_URL", database.url()),
+            ("PROPTEST_RNG_SEED", &proptest_seed),
+        ],
         &interrupted,
     );
     // The cluster is stopped here, before the result is reported, whatever the tests did.

@@ -46,7 +46,10 @@ proptest! {
             retries += call(&budget, || true, 5);
         }
         prop_assert!(retries <= max_tokens / 2, "{} retries with {} tokens", retries, max_tokens);
-        prop_assert!(!budget.allows_retry() || calls * 5 < (max_tokens as usize) / 2);
+        // Unthrottled, every one of the `calls * 5` attempts failed and took a token; a retry is
+        // allowed while more than half the tokens remain, i.e. while twice the failures are fewer
+        // than `max_tokens` (exactly, for odd `max_tokens` too). Once throttled, it stays so.
+        prop_assert_eq!(budget.allows_retry(), 2 * calls * 5 < max_tokens as usize);
     }
 
     #[test]
@@ -122,4 +125,18 @@ fn two_threads_hammering_one_budget_keep_it_within_bounds() {
     }
     assert_eq!(budget.milli_tokens(), 6_000);
     assert!(budget.allows_retry(), "successes bring retries back");
+}
+
+/// The input that once made the total-failure property fail at random (an odd `maxTokens`: after
+/// 130 failures 131 of 261 tokens remain, which is more than half, so retries are still allowed).
+#[test]
+fn odd_max_tokens_after_just_under_half_failures_still_allow_retries() {
+    let budget = budget(261, 0.001);
+    for _ in 0..26 {
+        call(&budget, || true, 5);
+    }
+    assert_eq!(budget.milli_tokens(), 131_000);
+    assert!(budget.allows_retry());
+    budget.record_failure();
+    assert!(!budget.allows_retry(), "130 of 261 tokens is not more than half");
 }
