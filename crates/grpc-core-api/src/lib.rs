@@ -22,6 +22,7 @@
 //! ```
 
 mod caller;
+mod canonical;
 mod error;
 mod fingerprint;
 mod hex;
@@ -33,6 +34,7 @@ mod record;
 mod status;
 
 pub use caller::CallerFingerprint;
+pub use canonical::{RequestSchema, SchemaError};
 pub use error::{InvalidInput, LedgerError, UnavailableKind};
 pub use fingerprint::RequestFingerprint;
 pub use identity::GrpcOperationIdentity;

@@ -220,6 +220,7 @@ async fn pay_once(
     let message = CreatePaymentRequest {
         account: account.clone(),
         amount_minor: 100 + n as i64,
+        labels: labels(n),
     };
     let started = Instant::now();
     let answer = executor
@@ -301,4 +302,21 @@ async fn reconcile(
         .filter(|ack| !ids.contains(&(ack.payment_id.clone(), ack.account.clone())))
         .count() as u64;
     Ok(())
+}
+
+/// Labels of payment `n`: enough entries that their order on the wire differs between attempts.
+fn labels(n: u64) -> std::collections::HashMap<String, String> {
+    [
+        ("channel", "web".to_owned()),
+        (
+            "country",
+            ["DE", "FR", "KR", "US"][(n % 4) as usize].to_owned(),
+        ),
+        ("order", format!("order-{n}")),
+        ("campaign", format!("c-{}", n % 7)),
+        ("device", "desktop".to_owned()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v))
+    .collect()
 }

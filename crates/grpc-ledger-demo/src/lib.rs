@@ -189,7 +189,10 @@ pub fn service(
     let hasher = grpc_core_api::KeyHasher::hmac_sha256(b"demo-server-secret-change-me-0123")?;
     let guard = grpc_tonic::KeyedMutationGuard::new(
         grpc_operation_ledger_seaorm::SeaOrmUnitsOfWork::new(db.clone(), config),
-        grpc_tonic::GuardConfig::new(hasher),
+        grpc_tonic::GuardConfig::new(
+            hasher,
+            grpc_core_api::RequestSchema::from_file_descriptor_set(DESCRIPTOR_SET)?,
+        ),
     );
     Ok(PaymentsService::new(guard, faults, id_prefix))
 }

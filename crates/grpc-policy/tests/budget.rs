@@ -138,5 +138,8 @@ fn odd_max_tokens_after_just_under_half_failures_still_allow_retries() {
     assert_eq!(budget.milli_tokens(), 131_000);
     assert!(budget.allows_retry());
     budget.record_failure();
-    assert!(!budget.allows_retry(), "130 of 261 tokens is not more than half");
+    assert!(
+        !budget.allows_retry(),
+        "130 of 261 tokens is not more than half"
+    );
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 use grpc_core_api::{
     ClaimOutcome, Completion, GrpcMethod, GrpcOperationIdentity, IdempotencyKey, InvalidInput,
     KeyHasher, LeaseDuration, LedgerError, LedgerUnitsOfWork, OutcomeReference,
-    REPLAYED_METADATA_KEY, RecordedFailure, RequestFingerprint, Version,
+    REPLAYED_METADATA_KEY, RecordedFailure, RequestSchema, Version,
 };
 use prost::Message;
 use tonic::metadata::{MetadataMap, MetadataValue};
@@ -27,15 +27,20 @@ pub struct GuardConfig {
     /// How keys are hashed before they are stored; keyed hashing with a server secret keeps a
     /// stolen ledger from revealing short keys.
     pub hasher: KeyHasher,
+    /// The service's request types, read from its descriptor set: the request fingerprint is
+    /// computed over their canonical form, so that a retry whose maps arrive in another order
+    /// (or from another client library) is recognised as the same request.
+    pub request_schema: Arc<RequestSchema>,
 }
 
 impl GuardConfig {
-    /// The default header and a 30 s lease, with `hasher`.
-    pub fn new(hasher: KeyHasher) -> Self {
+    /// The default header and a 30 s lease, with `hasher` and the service's `request_schema`.
+    pub fn new(hasher: KeyHasher, request_schema: RequestSchema) -> Self {
         Self {
             key_header: IDEMPOTENCY_KEY_HEADER.to_owned(),
             lease: LeaseDuration::new(Duration::from_secs(30)).expect("30 s is a valid lease"),
             hasher,
+            request_schema: Arc::new(request_schema),
         }
     }
 }
@@ -149,7 +154,10 @@ where
     {
         let (metadata, extensions, message) = request.into_parts();
         let identity = self.identity(method, &metadata, &extensions)?;
-        let fingerprint = RequestFingerprint::of(&message.encode_to_vec());
+        let fingerprint = self
+            .config
+            .request_schema
+            .fingerprint_message(method, &message)?;
         let transaction = Arc::new(self.units.begin().await.map_err(Status::from)?);
         let claim = self
             .units

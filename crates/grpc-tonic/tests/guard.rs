@@ -14,11 +14,22 @@ use grpc_tonic::{
 use tonic::{Code, Request, Status};
 use tonic_types::StatusExt;
 
-/// A protobuf message standing in for a generated request type.
+/// The request type of `tests/proto/guarded.proto`, as prost generates it (maps decode into a
+/// `HashMap`, whose iteration order differs between instances).
 #[derive(Clone, PartialEq, prost::Message)]
 struct Pay {
     #[prost(int64, tag = "1")]
     amount: i64,
+    #[prost(map = "string, string", tag = "2")]
+    labels: std::collections::HashMap<String, String>,
+}
+
+fn guard_config() -> GuardConfig {
+    let descriptors = protox::compile(["guarded.proto"], ["tests/proto"]).unwrap();
+    let schema =
+        RequestSchema::from_file_descriptor_set(&prost::Message::encode_to_vec(&descriptors))
+            .unwrap();
+    GuardConfig::new(KeyHasher::Sha256, schema)
 }
 
 fn method() -> GrpcMethod {
@@ -26,7 +37,10 @@ fn method() -> GrpcMethod {
 }
 
 fn request(amount: i64, key: Option<&str>, principal: Option<&str>) -> Request<Pay> {
-    let mut request = Request::new(Pay { amount });
+    let mut request = Request::new(Pay {
+        amount,
+        labels: Default::default(),
+    });
     if let Some(key) = key {
         request
             .metadata_mut()
@@ -41,7 +55,7 @@ fn request(amount: i64, key: Option<&str>, principal: Option<&str>) -> Request<P
 }
 
 fn guard(store: &InMemoryStore) -> KeyedMutationGuard<InMemoryStore> {
-    KeyedMutationGuard::new(store.clone(), GuardConfig::new(KeyHasher::Sha256))
+    KeyedMutationGuard::new(store.clone(), guard_config())
 }
 
 /// Runs a payment through the guard; the handler writes one business row named after the amount.
@@ -94,6 +108,39 @@ async fn a_duplicate_replays_and_the_handler_runs_once() {
     .unwrap();
     assert_eq!(again.get_ref(), "payment-10");
     assert_eq!(again.metadata().get(REPLAYED_METADATA_KEY).unwrap(), "true");
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    assert_eq!(store.committed_business(), vec!["payment-10"]);
+}
+
+/// The exactly-once failure a map field used to cause: one request's bytes, decoded afresh for
+/// every retry (as tonic does), re-encode in another map order each time. Every retry must be
+/// recognised as the same request and replayed, never refused as a reused key.
+#[tokio::test]
+async fn retries_of_a_request_with_a_map_replay_whatever_order_the_map_decodes_in() {
+    let store = InMemoryStore::new(Duration::from_millis(200));
+    let guard = guard(&store);
+    let runs = AtomicU32::new(0);
+    let labels = (0..8).map(|i| (format!("label-{i}"), format!("value-{i}")));
+    let sent = Pay {
+        amount: 10,
+        labels: labels.collect(),
+    };
+    let wire = prost::Message::encode_to_vec(&sent);
+    let mut reencodings = std::collections::HashSet::new();
+    for _ in 0..50 {
+        let decoded: Pay = prost::Message::decode(wire.as_slice()).unwrap();
+        reencodings.insert(prost::Message::encode_to_vec(&decoded));
+        let mut request = Request::new(decoded);
+        request
+            .metadata_mut()
+            .insert("idempotency-key", "k-map".parse().unwrap());
+        request
+            .extensions_mut()
+            .insert(AuthenticatedPrincipal(b"tenant-a".to_vec()));
+        let answer = pay(&guard, request, &runs, Ok(())).await.unwrap();
+        assert_eq!(answer.get_ref(), "payment-10");
+    }
+    assert!(reencodings.len() > 1, "prost's map order should vary");
     assert_eq!(runs.load(Ordering::SeqCst), 1);
     assert_eq!(store.committed_business(), vec!["payment-10"]);
 }
@@ -288,7 +335,7 @@ async fn run_mocked(
         commits: AtomicU32::new(0),
         rollbacks: AtomicU32::new(0),
     };
-    let guard = KeyedMutationGuard::new(units, GuardConfig::new(KeyHasher::Sha256));
+    let guard = KeyedMutationGuard::new(units, guard_config());
     let runs = Arc::new(AtomicU32::new(0));
     let counter = Arc::clone(&runs);
     let answer = guard

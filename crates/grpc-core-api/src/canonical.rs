@@ -1,0 +1,272 @@
+//! A canonical form of protobuf requests, so that equal requests get equal fingerprints.
+//!
+//! Protobuf's wire encoding is not canonical: map entries come in whatever order the sender's map
+//! iterates (prost decodes `map<..>` into a `HashMap` with a per-instance random seed, so even
+//! re-encoding one decoded message twice gives different bytes), fields may arrive in any order, a
+//! default value may or may not be sent, and repeated scalars may be packed or not. The request
+//! fingerprint is computed over a form of its own instead, read with the service's schema
+//! (decision and alternatives in `docs/adr/0006-canonical-request-fingerprint.md`):
+//!
+//! - fields in field-number order, each tagged with its number;
+//! - a field without explicit presence (a proto3 scalar, string, bytes, enum, repeated or map
+//!   field) is written only when it differs from its default, so sending the default explicitly is
+//!   the same request as not sending it; a field with explicit presence (a message field, a proto3
+//!   `optional`, a `oneof` member, proto2) is written whenever it is set, since the handler can
+//!   tell those apart;
+//! - map entries sorted by their canonical key, at every depth;
+//! - every value self-delimiting (fixed-width numbers, length-prefixed strings, bytes, messages,
+//!   lists and maps), so two different requests never share a canonical form;
+//! - `google.protobuf.Any` whose type the schema knows is canonicalised as that message, named by
+//!   its full type name (the URL's host part is not part of the type); an `Any` of a type the
+//!   schema does not know is taken as its type URL and raw bytes;
+//! - fields the schema does not declare are not part of the fingerprint: the server decoded the
+//!   request with this schema, so its handler never sees them, and a request that differs only
+//!   there is the same request to this server.
+
+use std::collections::HashMap;
+
+use prost::Message;
+use prost_reflect::{
+    DescriptorPool, DynamicMessage, Kind, MapKey, MessageDescriptor, ReflectMessage, Value,
+};
+use sha2::{Digest, Sha256};
+
+use crate::{GrpcMethod, RequestFingerprint};
+
+/// What the fingerprint's digest starts with: the form's name and version, so that a future form
+/// can never collide with this one.
+const FORM_TAG: &[u8] = b"grpc-safe-retries/canonical-request/v1\0";
+
+const ANY_TYPE: &str = "google.protobuf.Any";
+
+/// Why a request could not be fingerprinted. Each is a deployment mistake on the server (its
+/// schema does not describe its own methods), never the caller's: gRPC status INTERNAL.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SchemaError {
+    /// The bytes are not a `google.protobuf.FileDescriptorSet`, or its files do not link.
+    #[error("the request schema is not a valid file descriptor set: {reason}")]
+    DescriptorSetInvalid {
+        /// What the descriptor decoder said (names of files and types, no request data).
+        reason: String,
+    },
+    /// The schema has no such method.
+    #[error("the request schema has no method {method}")]
+    MethodNotInSchema {
+        /// The method asked for.
+        method: String,
+    },
+    /// The request's bytes do not decode as the method's input type.
+    #[error("the request does not decode as {message_type}")]
+    RequestDoesNotMatchSchema {
+        /// The input type of the method.
+        message_type: String,
+    },
+}
+
+impl From<SchemaError> for tonic::Status {
+    fn from(error: SchemaError) -> Self {
+        tonic::Status::internal(error.to_string())
+    }
+}
+
+/// The protobuf schema of a service's requests, read from its `FileDescriptorSet`: what turns a
+/// request into its [`RequestFingerprint`].
+///
+/// ```
+/// # fn demo(descriptor_set: &[u8], request: &impl prost::Message) -> Result<(), grpc_core_api::SchemaError> {
+/// use grpc_core_api::{GrpcMethod, RequestSchema};
+/// let schema = RequestSchema::from_file_descriptor_set(descriptor_set)?;
+/// let method = GrpcMethod::parse("/payments.v1.Payments/CreatePayment").expect("a method name");
+/// let fingerprint = schema.fingerprint_message(&method, request)?;
+/// # let _ = fingerprint; Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct RequestSchema {
+    /// The input type of every method of every service, by full method name
+    /// (`/package.Service/Method`).
+    inputs: HashMap<String, MessageDescriptor>,
+    pool: DescriptorPool,
+}
+
+impl RequestSchema {
+    /// Reads an encoded `google.protobuf.FileDescriptorSet` (what `protoc
+    /// --descriptor_set_out --include_imports`, `protox` or tonic-build's
+    /// `file_descriptor_set_path` write).
+    pub fn from_file_descriptor_set(encoded: &[u8]) -> Result<Self, SchemaError> {
+        let pool =
+            DescriptorPool::decode(encoded).map_err(|error| SchemaError::DescriptorSetInvalid {
+                reason: error.to_string(),
+            })?;
+        Ok(Self::from_pool(pool))
+    }
+
+    /// The schema of every service in `pool`.
+    pub fn from_pool(pool: DescriptorPool) -> Self {
+        let inputs = pool
+            .services()
+            .flat_map(|service| service.methods().collect::<Vec<_>>())
+            .map(|method| {
+                let name = format!("/{}/{}", method.parent_service().full_name(), method.name());
+                (name, method.input())
+            })
+            .collect();
+        Self { inputs, pool }
+    }
+
+    /// The fingerprint of a request to `method`, given as its encoded bytes.
+    pub fn fingerprint(
+        &self,
+        method: &GrpcMethod,
+        encoded_request: &[u8],
+    ) -> Result<RequestFingerprint, SchemaError> {
+        let canonical = self.canonical_form(method, encoded_request)?;
+        Ok(RequestFingerprint::from_digest(
+            Sha256::digest(&canonical).into(),
+        ))
+    }
+
+    /// The fingerprint of a request to `method`, given as the message the server decoded (what a
+    /// tonic handler receives).
+    pub fn fingerprint_message(
+        &self,
+        method: &GrpcMethod,
+        request: &impl Message,
+    ) -> Result<RequestFingerprint, SchemaError> {
+        self.fingerprint(method, &request.encode_to_vec())
+    }
+
+    /// The canonical form itself, whose SHA-256 is the fingerprint: for tests and for readers who
+    /// want to see what is compared.
+    pub fn canonical_form(
+        &self,
+        method: &GrpcMethod,
+        encoded_request: &[u8],
+    ) -> Result<Vec<u8>, SchemaError> {
+        let input =
+            self.inputs
+                .get(method.as_str())
+                .ok_or_else(|| SchemaError::MethodNotInSchema {
+                    method: method.as_str().to_owned(),
+                })?;
+        let message = DynamicMessage::decode(input.clone(), encoded_request).map_err(|_| {
+            SchemaError::RequestDoesNotMatchSchema {
+                message_type: input.full_name().to_owned(),
+            }
+        })?;
+        let mut out = Vec::with_capacity(encoded_request.len() + FORM_TAG.len() + 64);
+        out.extend_from_slice(FORM_TAG);
+        write_bytes(&mut out, input.full_name().as_bytes());
+        self.write_message(&mut out, &message);
+        Ok(out)
+    }
+
+    fn write_message(&self, out: &mut Vec<u8>, message: &DynamicMessage) {
+        // `fields` yields exactly the fields `has_field` reports: set ones with explicit presence,
+        // non-default ones without. Unknown fields are not among them.
+        let mut fields: Vec<_> = message.fields().collect();
+        fields.sort_by_key(|(field, _)| field.number());
+        for (field, value) in fields {
+            write_varint(out, u64::from(field.number()));
+            self.write_value(out, &field.kind(), value);
+        }
+    }
+
+    fn write_value(&self, out: &mut Vec<u8>, kind: &Kind, value: &Value) {
+        match value {
+            Value::Bool(v) => out.push(u8::from(*v)),
+            Value::I32(v) => out.extend_from_slice(&i64::from(*v).to_le_bytes()),
+            Value::I64(v) => out.extend_from_slice(&v.to_le_bytes()),
+            Value::U32(v) => out.extend_from_slice(&u64::from(*v).to_le_bytes()),
+            Value::U64(v) => out.extend_from_slice(&v.to_le_bytes()),
+            Value::F32(v) => out.extend_from_slice(&v.to_bits().to_le_bytes()),
+            Value::F64(v) => out.extend_from_slice(&v.to_bits().to_le_bytes()),
+            Value::EnumNumber(v) => out.extend_from_slice(&i64::from(*v).to_le_bytes()),
+            Value::String(v) => write_bytes(out, v.as_bytes()),
+            Value::Bytes(v) => write_bytes(out, v),
+            Value::Message(v) => {
+                let nested = self.message_form(v);
+                write_bytes(out, &nested);
+            }
+            Value::List(items) => {
+                write_varint(out, items.len() as u64);
+                for item in items {
+                    self.write_value(out, kind, item);
+                }
+            }
+            Value::Map(entries) => {
+                let value_kind = match kind {
+                    Kind::Message(entry) => entry.map_entry_value_field().kind(),
+                    // A map field's kind is always its entry message.
+                    other => other.clone(),
+                };
+                let mut sorted: Vec<(Vec<u8>, &Value)> = entries
+                    .iter()
+                    .map(|(key, value)| (map_key_form(key), value))
+                    .collect();
+                sorted.sort_by(|a, b| a.0.cmp(&b.0));
+                write_varint(out, sorted.len() as u64);
+                for (key, value) in sorted {
+                    out.extend_from_slice(&key);
+                    self.write_value(out, &value_kind, value);
+                }
+            }
+        }
+    }
+
+    /// A nested message's canonical form; `Any` is unpacked when the schema knows its type.
+    fn message_form(&self, message: &DynamicMessage) -> Vec<u8> {
+        let mut out = Vec::new();
+        if message.descriptor().full_name() == ANY_TYPE {
+            if let Some((type_name, unpacked)) = self.unpack_any(message) {
+                out.push(1);
+                write_bytes(&mut out, type_name.as_bytes());
+                self.write_message(&mut out, &unpacked);
+                return out;
+            }
+            out.push(0);
+        }
+        self.write_message(&mut out, message);
+        out
+    }
+
+    /// The type name and decoded value of an `Any` whose type the schema knows.
+    fn unpack_any(&self, any: &DynamicMessage) -> Option<(String, DynamicMessage)> {
+        let type_url = any.get_field_by_number(1)?;
+        let value = any.get_field_by_number(2)?;
+        let (Value::String(type_url), Value::Bytes(value)) = (type_url.as_ref(), value.as_ref())
+        else {
+            return None;
+        };
+        let type_name = type_url.rsplit('/').next()?;
+        let descriptor = self.pool.get_message_by_name(type_name)?;
+        let decoded = DynamicMessage::decode(descriptor, value.as_ref()).ok()?;
+        Some((type_name.to_owned(), decoded))
+    }
+}
+
+/// A map key's canonical form: fixed-width numbers, length-prefixed strings.
+fn map_key_form(key: &MapKey) -> Vec<u8> {
+    let mut out = Vec::new();
+    match key {
+        MapKey::Bool(v) => out.push(u8::from(*v)),
+        MapKey::I32(v) => out.extend_from_slice(&i64::from(*v).to_le_bytes()),
+        MapKey::I64(v) => out.extend_from_slice(&v.to_le_bytes()),
+        MapKey::U32(v) => out.extend_from_slice(&u64::from(*v).to_le_bytes()),
+        MapKey::U64(v) => out.extend_from_slice(&v.to_le_bytes()),
+        MapKey::String(v) => write_bytes(&mut out, v.as_bytes()),
+    }
+    out
+}
+
+fn write_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
+    write_varint(out, bytes.len() as u64);
+    out.extend_from_slice(bytes);
+}
+
+fn write_varint(out: &mut Vec<u8>, mut value: u64) {
+    while value >= 0x80 {
+        out.push((value as u8) | 0x80);
+        value >>= 7;
+    }
+    out.push(value as u8);
+}
