@@ -1,7 +1,7 @@
 //! The operation ledger port.
 
 use std::num::NonZeroU32;
-use std::time::SystemTime;
+use std::time::Duration;
 
 use async_trait::async_trait;
 
@@ -32,8 +32,10 @@ pub enum LedgerDurability {
 ///   `INSERT ... ON CONFLICT DO NOTHING`) followed, only when nothing was inserted, by a read of
 ///   the existing row. It MUST NOT be an upsert, an ORM save of an entity with a caller-assigned
 ///   key, or a read followed by an insert.
-/// - When no row exists, `claim` MUST insert one in `IN_PROGRESS` at version 1 and return
-///   `Claimed { version: 1, took_over: false }`.
+/// - When no row exists, `claim` MUST insert one in `IN_PROGRESS` at a fresh version
+///   ([`Version::fresh`] of the store's clock) and return `Claimed { version, took_over: false }`.
+///   A version MUST never repeat for an identity, even after its row was purged: a stalled owner
+///   of a purged claim MUST get `LostOwnership` from the fresh claim's row.
 /// - When a row exists with a different request fingerprint, `claim` MUST return
 ///   `KeyReusedWithDifferentRequest` and MUST leave the row untouched, whatever its state.
 /// - When the row is `COMMITTED` or `FAILED_TERMINAL`, `claim` MUST return `Completed` with the
@@ -69,7 +71,8 @@ pub enum LedgerDurability {
 ///
 /// - `find` MUST return the stored record, or `None`.
 /// - `purge` MUST delete at most `limit` rows that are `COMMITTED` or `FAILED_TERMINAL` and
-///   completed before the cutoff, MUST NOT delete an `IN_PROGRESS` row, and returns the count.
+///   completed more than `retention` ago by the store's clock (never the caller's), MUST NOT
+///   delete an `IN_PROGRESS` row, and returns the count.
 /// - `durability` MUST be `Durable` only if records survive a process restart.
 #[cfg_attr(feature = "mock", mockall::automock)]
 #[async_trait]
@@ -104,12 +107,9 @@ pub trait GrpcOperationLedger: Send + Sync {
         identity: &GrpcOperationIdentity,
     ) -> Result<Option<OperationRecord>, LedgerError>;
 
-    /// Deletes at most `limit` finished operations completed before `completed_before`.
-    async fn purge(
-        &self,
-        completed_before: SystemTime,
-        limit: NonZeroU32,
-    ) -> Result<u64, LedgerError>;
+    /// Deletes at most `limit` finished operations completed more than `retention` ago by the
+    /// store's clock.
+    async fn purge(&self, retention: Duration, limit: NonZeroU32) -> Result<u64, LedgerError>;
 
     /// Whether records survive a restart.
     fn durability(&self) -> LedgerDurability;

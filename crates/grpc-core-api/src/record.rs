@@ -53,14 +53,48 @@ impl FromStr for OperationState {
     }
 }
 
-/// The version of a ledger row: 1 when claimed, plus one at every transition or takeover. A
-/// transition names the version it expects, so only the current owner can finish an operation.
+/// The version of a ledger row: the fencing token a transition must name, so that only the current
+/// owner can finish an operation.
+///
+/// A fresh claim's version is the claim time by the store's clock, in milliseconds, shifted left
+/// by [`CLAIM_TIME_SHIFT`](Self::CLAIM_TIME_SHIFT) bits, plus a random salt below
+/// 2^[`SALT_BITS`](Self::SALT_BITS); each takeover or transition adds one. So a version never
+/// repeats for an identity, even when its row is purged and the identity claimed afresh: the new
+/// claim happens after the purge, which happens after the old row completed, so by a store clock
+/// that does not run backwards its version exceeds every version the old row ever had (the
+/// shift leaves room for almost a million transitions per claim). Should the store's clock step
+/// back (a failover to a host whose clock lags), the salt still makes a repeat a 1-in-65536 event
+/// for the one stale owner that would also have to complete in that window. The reasoning is in
+/// `docs/adr/0007-fences-that-never-repeat.md`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Version(u64);
 
 impl Version {
-    /// The version of a fresh claim.
-    pub const FIRST: Self = Self(1);
+    /// How far a fresh claim's time is shifted left in its version.
+    pub const CLAIM_TIME_SHIFT: u32 = 20;
+    /// How many low bits of a fresh version are random salt.
+    pub const SALT_BITS: u32 = 16;
+
+    /// The version of a claim made at `claimed_at_millis` (milliseconds since the Unix epoch by
+    /// the store's clock) with `salt`; stores that compute it in SQL use the same formula
+    /// (`now * 2^20 + salt`).
+    pub fn fresh(claimed_at_millis: i64, salt: u16) -> Self {
+        let millis = u64::try_from(claimed_at_millis.max(0)).unwrap_or(0);
+        Self(((millis << Self::CLAIM_TIME_SHIFT) | u64::from(salt)).max(1))
+    }
+
+    /// A random salt for [`fresh`](Self::fresh), from the standard library's per-process random
+    /// hash keys (it needs to be unpredictable across restarts, not secret).
+    pub fn random_salt() -> u16 {
+        use std::hash::{BuildHasher, Hasher};
+        let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+        hasher.write_u64(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos() as u64),
+        );
+        hasher.finish() as u16
+    }
 
     /// A version as stored (a `BIGINT`): at least 1.
     pub fn from_stored(stored: i64) -> Result<Self, InvalidInput> {
@@ -73,7 +107,7 @@ impl Version {
 
     /// The version as stored.
     pub fn to_stored(self) -> i64 {
-        // Versions start at 1 and grow by one per transition; i64::MAX transitions cannot happen.
+        // A fresh version is below 2^63 until the year 2248; i64::MAX transitions cannot happen.
         i64::try_from(self.0).unwrap_or(i64::MAX)
     }
 
@@ -258,7 +292,8 @@ impl OperationRecord {
 /// The answer to a claim.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ClaimOutcome {
-    /// The caller owns the operation at `version` and must finish it with that version.
+    /// The caller owns the operation at `version` and must finish it with that version (its
+    /// fencing token).
     /// `took_over` is true when an earlier owner's lease had expired and this claim fenced it off.
     Claimed {
         /// The version the owner's transition must name.

@@ -24,7 +24,7 @@ fn the_mock_stands_in_for_the_port_behind_an_arc_dyn() {
         .return_const(LedgerDurability::Durable);
     mock.expect_claim().times(1).returning(|_, _, _| {
         Ok(ClaimOutcome::Claimed {
-            version: Version::FIRST,
+            version: Version::fresh(1_764_700_000_000, 1),
             took_over: false,
         })
     });
@@ -39,13 +39,16 @@ fn the_mock_stands_in_for_the_port_behind_an_arc_dyn() {
     assert_eq!(
         claimed,
         Ok(ClaimOutcome::Claimed {
-            version: Version::FIRST,
+            version: Version::fresh(1_764_700_000_000, 1),
             took_over: false
         })
     );
     let outcome = grpc_core_api::OutcomeReference::parse("payment-1").unwrap();
-    let committed =
-        futures_lite_block_on(ledger.mark_committed(&identity(), Version::FIRST, &outcome));
+    let committed = futures_lite_block_on(ledger.mark_committed(
+        &identity(),
+        Version::fresh(1_764_700_000_000, 1),
+        &outcome,
+    ));
     assert_eq!(
         committed,
         Err(LedgerError::unavailable(UnavailableKind::ConnectionLost))

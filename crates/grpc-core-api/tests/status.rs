@@ -30,8 +30,8 @@ fn ledger_errors_map_to_the_contract_statuses() {
             state: OperationState::Committed,
         },
         LedgerError::LostOwnership {
-            expected: Version::FIRST,
-            current: Version::FIRST.next(),
+            expected: Version::fresh(1_764_700_000_000, 1),
+            current: Version::fresh(1_764_700_000_000, 1).next(),
         },
         LedgerError::unavailable(UnavailableKind::ConnectionLost),
         LedgerError::unavailable(UnavailableKind::PoolTimeout),

@@ -262,7 +262,16 @@ fn good_other_values_round_trip() {
     assert_eq!(failure.code(), tonic::Code::FailedPrecondition);
     assert_eq!(failure.message(), "insufficient funds");
     assert_eq!(Version::from_stored(7).map(Version::to_stored), Ok(7));
-    assert_eq!(Version::FIRST.next().get(), 2);
+    assert_eq!(Version::from_stored(7).unwrap().next().get(), 8);
+    // A fresh version is the store's clock in ms shifted left by 20 bits, plus the salt.
+    let fresh = Version::fresh(1_764_700_000_123, 0xbeef);
+    assert_eq!(fresh.get(), (1_764_700_000_123u64 << 20) | 0xbeef);
+    assert!(Version::fresh(1_764_700_000_124, 0) > fresh.next());
+    assert_eq!(
+        Version::fresh(-5, 0).get(),
+        1,
+        "a clock before 1970 still gives a version"
+    );
     for state in OperationState::ALL {
         assert_eq!(state.as_str().parse::<OperationState>(), Ok(state));
     }

@@ -212,17 +212,18 @@ async fn raw_op(pool: &sqlx::PgPool, caller: usize, key: &str) -> Result<()> {
         id.key_hash().to_hex(),
     );
     let mut tx = pool.begin().await?;
-    let inserted = sqlx::query(claim)
+    let version: Option<i64> = sqlx::query_scalar(claim)
         .bind(who)
         .bind(method)
         .bind(&hash)
         .bind(RequestFingerprint::of(key.as_bytes()).to_hex())
         .bind(lease().as_millis())
-        .execute(&mut *tx)
+        .bind(i32::from(Version::random_salt()))
+        .fetch_optional(&mut *tx)
         .await?;
-    if inserted.rows_affected() != 1 {
+    let Some(version) = version else {
         bail!("a fresh key was not claimed");
-    }
+    };
     sqlx::query(BUSINESS_INSERT)
         .bind(key)
         .bind(1i64)
@@ -232,7 +233,7 @@ async fn raw_op(pool: &sqlx::PgPool, caller: usize, key: &str) -> Result<()> {
         .bind(who)
         .bind(method)
         .bind(&hash)
-        .bind(Version::FIRST.to_stored())
+        .bind(version)
         .bind(key)
         .execute(&mut *tx)
         .await?;
@@ -315,12 +316,14 @@ fn pgbench_keyed_script() -> Result<String> {
     };
     let claim = identity(
         &claim
+            .replace("$6", ":s")
             .replace("$5", "30000")
             .replace("$4", "md5('r' || :k) || md5('s' || :k)"),
     );
-    let commit = identity(&commit.replace("$5", "'p-' || :k").replace("$4", "1"));
+    // The claim returns the fresh version; `\gset` keeps it in `:version` for the transition.
+    let commit = identity(&commit.replace("$5", "'p-' || :k").replace("$4", ":version"));
     Ok(format!(
-        "\\set k random(1, 9000000000000000000)\n\\set c random(0, 7)\nBEGIN;\n{claim};\n{};\n{commit};\nEND;\n",
+        "\\set k random(1, 9000000000000000000)\n\\set c random(0, 7)\n\\set s random(0, 65535)\nBEGIN;\n{claim} \\gset\n{};\n{commit};\nEND;\n",
         pgbench_business_statement()
     ))
 }

@@ -3,12 +3,12 @@
 
 use std::num::NonZeroU32;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use grpc_core_api::{
-    CallerFingerprint, ClaimOutcome, GrpcMethod, GrpcOperationIdentity, IdempotencyKey, KeyHasher,
-    LeaseDuration, LedgerError, OperationState, OutcomeReference, RecordedFailure,
-    RequestFingerprint, Version,
+    CallerFingerprint, ClaimOutcome, GrpcMethod, GrpcOperationIdentity, GrpcOperationLedger,
+    IdempotencyKey, KeyHasher, LeaseDuration, LedgerError, OperationState, OutcomeReference,
+    RecordedFailure, RequestFingerprint, Version,
 };
 
 use crate::{LedgerFixture, LedgerStore, UnitOfWork};
@@ -40,48 +40,63 @@ fn failure(message: &str) -> RecordedFailure {
 }
 
 const LONG: u64 = 60_000;
-const FIRST: Version = Version::FIRST;
 
-fn claimed_first() -> ClaimOutcome {
-    ClaimOutcome::Claimed {
-        version: FIRST,
-        took_over: false,
+/// Claims a new identity and returns the owner's version, failing the case on any other answer.
+async fn claim_new(
+    ledger: &dyn GrpcOperationLedger,
+    id: &GrpcOperationIdentity,
+    lease_millis: u64,
+) -> Version {
+    match ledger.claim(id, &request("x"), lease(lease_millis)).await {
+        Ok(ClaimOutcome::Claimed {
+            version,
+            took_over: false,
+        }) => version,
+        other => panic!("a claim of a new identity must own it, got {other:?}"),
     }
 }
 
-/// A claim of a new identity owns it at version 1.
+/// Claims a new identity and commits it with `reference`; returns the version after the commit.
+async fn claim_and_commit(
+    ledger: &dyn GrpcOperationLedger,
+    id: &GrpcOperationIdentity,
+    reference: &str,
+) -> Version {
+    let version = claim_new(ledger, id, LONG).await;
+    ledger
+        .mark_committed(id, version, &outcome(reference))
+        .await
+        .expect("the owner commits")
+}
+
+/// A claim of a new identity owns it at a fresh version.
 pub async fn claim_new_identity<F: LedgerFixture>(fixture: &F) {
     let store = fixture.fresh_store().await;
     let ledger = store.autocommit();
     let id = identity("tenant-a", CREATE, "new");
-    assert_eq!(
-        ledger.claim(&id, &request("x"), lease(LONG)).await,
-        Ok(claimed_first())
-    );
+    let version = claim_new(&*ledger, &id, LONG).await;
     let record = ledger
         .find(&id)
         .await
         .expect("find")
         .expect("the claim is stored");
     assert_eq!(record.state(), OperationState::InProgress);
-    assert_eq!(record.version, FIRST);
+    assert_eq!(record.version, version);
     assert_eq!(record.request_fingerprint, request("x"));
 }
 
-/// A claim after commit replays: outcome and version intact, nothing rewritten (review 17.1).
+/// A claim after commit replays: outcome and version intact, nothing rewritten (ADR 0002: the
+/// claim is an insert, never an upsert).
 pub async fn claim_after_commit_replays<F: LedgerFixture>(fixture: &F) {
     let store = fixture.fresh_store().await;
     let ledger = store.autocommit();
     let id = identity("tenant-a", CREATE, "committed");
-    ledger
-        .claim(&id, &request("x"), lease(LONG))
-        .await
-        .expect("claim");
-    let v2 = ledger
-        .mark_committed(&id, FIRST, &outcome("payment-1"))
+    let version = claim_new(&*ledger, &id, LONG).await;
+    let committed = ledger
+        .mark_committed(&id, version, &outcome("payment-1"))
         .await
         .expect("commit");
-    assert_eq!(v2, FIRST.next());
+    assert_eq!(committed, version.next());
     let before = ledger.find(&id).await.expect("find");
     let again = ledger
         .claim(&id, &request("x"), lease(LONG))
@@ -91,7 +106,7 @@ pub async fn claim_after_commit_replays<F: LedgerFixture>(fixture: &F) {
         panic!("a claim of a committed identity must replay, got {again:?}");
     };
     assert_eq!(record.outcome_reference(), Some(&outcome("payment-1")));
-    assert_eq!(record.version, v2, "the version is unchanged");
+    assert_eq!(record.version, committed, "the version is unchanged");
     assert_eq!(
         ledger.find(&id).await.expect("find"),
         before,
@@ -104,12 +119,9 @@ pub async fn claim_after_failure_replays_the_failure<F: LedgerFixture>(fixture: 
     let store = fixture.fresh_store().await;
     let ledger = store.autocommit();
     let id = identity("tenant-a", CREATE, "failed");
+    let version = claim_new(&*ledger, &id, LONG).await;
     ledger
-        .claim(&id, &request("x"), lease(LONG))
-        .await
-        .expect("claim");
-    ledger
-        .mark_failed(&id, FIRST, &failure("insufficient funds"))
+        .mark_failed(&id, version, &failure("insufficient funds"))
         .await
         .expect("fail");
     let again = ledger
@@ -128,23 +140,12 @@ pub async fn other_caller_or_method_is_independent<F: LedgerFixture>(fixture: &F
     let store = fixture.fresh_store().await;
     let ledger = store.autocommit();
     let base = identity("tenant-a", CREATE, "shared-key");
-    ledger
-        .claim(&base, &request("x"), lease(LONG))
-        .await
-        .expect("claim");
-    ledger
-        .mark_committed(&base, FIRST, &outcome("a"))
-        .await
-        .expect("commit");
+    claim_and_commit(&*ledger, &base, "a").await;
     for other in [
         identity("tenant-b", CREATE, "shared-key"),
         identity("tenant-a", "/payments.v1.Payments/Refund", "shared-key"),
     ] {
-        assert_eq!(
-            ledger.claim(&other, &request("y"), lease(LONG)).await,
-            Ok(claimed_first()),
-            "{other:?} must be independent"
-        );
+        claim_new(&*ledger, &other, LONG).await;
     }
 }
 
@@ -153,10 +154,7 @@ pub async fn key_reused_with_another_request_is_refused<F: LedgerFixture>(fixtur
     let store = fixture.fresh_store().await;
     let ledger = store.autocommit();
     let id = identity("tenant-a", CREATE, "reused");
-    ledger
-        .claim(&id, &request("pay 10"), lease(LONG))
-        .await
-        .expect("claim");
+    let version = claim_new(&*ledger, &id, LONG).await;
     let in_progress = ledger.find(&id).await.expect("find");
     assert_eq!(
         ledger.claim(&id, &request("pay 99"), lease(LONG)).await,
@@ -168,7 +166,7 @@ pub async fn key_reused_with_another_request_is_refused<F: LedgerFixture>(fixtur
         "row untouched"
     );
     ledger
-        .mark_committed(&id, FIRST, &outcome("p"))
+        .mark_committed(&id, version, &outcome("p"))
         .await
         .expect("commit");
     let committed = ledger.find(&id).await.expect("find");
@@ -183,17 +181,18 @@ pub async fn key_reused_with_another_request_is_refused<F: LedgerFixture>(fixtur
     );
 }
 
-/// Both transitions answer a missing claim with `NotClaimed` and write nothing (review 17.3).
+/// Both transitions answer a missing claim with `NotClaimed` and write nothing (ADR 0002).
 pub async fn transitions_without_claim_are_not_claimed<F: LedgerFixture>(fixture: &F) {
     let store = fixture.fresh_store().await;
     let ledger = store.autocommit();
     let id = identity("tenant-a", CREATE, "never-claimed");
+    let any_version = Version::fresh(1_764_700_000_000, 7);
     assert_eq!(
-        ledger.mark_committed(&id, FIRST, &outcome("p")).await,
+        ledger.mark_committed(&id, any_version, &outcome("p")).await,
         Err(LedgerError::NotClaimed)
     );
     assert_eq!(
-        ledger.mark_failed(&id, FIRST, &failure("f")).await,
+        ledger.mark_failed(&id, any_version, &failure("f")).await,
         Err(LedgerError::NotClaimed)
     );
     assert_eq!(ledger.find(&id).await.expect("find"), None);
@@ -205,40 +204,39 @@ pub async fn transitions_twice_are_already_completed<F: LedgerFixture>(fixture: 
     let store = fixture.fresh_store().await;
     let ledger = store.autocommit();
     let id = identity("tenant-a", CREATE, "twice");
+    let version = claim_new(&*ledger, &id, LONG).await;
     ledger
-        .claim(&id, &request("x"), lease(LONG))
-        .await
-        .expect("claim");
-    ledger
-        .mark_committed(&id, FIRST, &outcome("first"))
+        .mark_committed(&id, version, &outcome("first"))
         .await
         .expect("commit");
     let done = Err(LedgerError::AlreadyCompleted {
         state: OperationState::Committed,
     });
     assert_eq!(
-        ledger.mark_committed(&id, FIRST, &outcome("second")).await,
+        ledger
+            .mark_committed(&id, version, &outcome("second"))
+            .await,
         done
     );
-    assert_eq!(ledger.mark_failed(&id, FIRST, &failure("late")).await, done);
+    assert_eq!(
+        ledger.mark_failed(&id, version, &failure("late")).await,
+        done
+    );
     let record = ledger.find(&id).await.expect("find").expect("row");
     assert_eq!(record.outcome_reference(), Some(&outcome("first")));
-    assert_eq!(record.version, FIRST.next());
+    assert_eq!(record.version, version.next());
 }
 
-/// A transition naming a version that is not current is `LostOwnership` (review 17.2).
+/// A transition naming a version that is not current is `LostOwnership` (ADR 0002).
 pub async fn transitions_with_stale_version_lose_ownership<F: LedgerFixture>(fixture: &F) {
     let store = fixture.fresh_store().await;
     let ledger = store.autocommit();
     let id = identity("tenant-a", CREATE, "stale");
-    ledger
-        .claim(&id, &request("x"), lease(LONG))
-        .await
-        .expect("claim");
-    let wrong = FIRST.next();
+    let version = claim_new(&*ledger, &id, LONG).await;
+    let wrong = version.next();
     let lost = Err(LedgerError::LostOwnership {
         expected: wrong,
-        current: FIRST,
+        current: version,
     });
     assert_eq!(ledger.mark_committed(&id, wrong, &outcome("p")).await, lost);
     assert_eq!(ledger.mark_failed(&id, wrong, &failure("f")).await, lost);
@@ -251,10 +249,7 @@ pub async fn expired_lease_is_taken_over_and_old_owner_fenced<F: LedgerFixture>(
     let store = fixture.fresh_store().await;
     let ledger = store.autocommit();
     let id = identity("tenant-a", CREATE, "lease");
-    ledger
-        .claim(&id, &request("x"), lease(150))
-        .await
-        .expect("claim");
+    let first = claim_new(&*ledger, &id, 150).await;
     let live = ledger
         .claim(&id, &request("x"), lease(150))
         .await
@@ -263,40 +258,138 @@ pub async fn expired_lease_is_taken_over_and_old_owner_fenced<F: LedgerFixture>(
         matches!(live, ClaimOutcome::InProgress { retry_after, .. } if retry_after <= Duration::from_millis(150)),
         "a live lease answers InProgress, got {live:?}"
     );
+    // Waits out the lease by the store's clock.
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(
         ledger.claim(&id, &request("x"), lease(LONG)).await,
         Ok(ClaimOutcome::Claimed {
-            version: FIRST.next(),
+            version: first.next(),
             took_over: true
         })
     );
     assert_eq!(
-        ledger.mark_committed(&id, FIRST, &outcome("old")).await,
+        ledger.mark_committed(&id, first, &outcome("old")).await,
         Err(LedgerError::LostOwnership {
-            expected: FIRST,
-            current: FIRST.next()
+            expected: first,
+            current: first.next()
         })
     );
     ledger
-        .mark_committed(&id, FIRST.next(), &outcome("new"))
+        .mark_committed(&id, first.next(), &outcome("new"))
         .await
         .expect("new owner commits");
     let record = ledger.find(&id).await.expect("find").expect("row");
     assert_eq!(record.outcome_reference(), Some(&outcome("new")));
 }
 
+/// Owner A stalls past its lease, B takes over and commits, the row is purged, and C claims the
+/// identity afresh: A's and B's late transitions must not complete C's claim (a fence that
+/// restarted at the same number after the purge would let them).
+pub async fn stale_owner_cannot_complete_a_claim_made_after_purge<F: LedgerFixture>(fixture: &F) {
+    let store = fixture.fresh_store().await;
+    let ledger = store.autocommit();
+    let id = identity("tenant-a", CREATE, "aba");
+    let a = claim_new(&*ledger, &id, 50).await;
+    // Waits out A's lease by the store's clock.
+    tokio::time::sleep(Duration::from_millis(120)).await;
+    let b = match ledger.claim(&id, &request("x"), lease(LONG)).await {
+        Ok(ClaimOutcome::Claimed {
+            version,
+            took_over: true,
+        }) => version,
+        other => panic!("B must take the expired claim over, got {other:?}"),
+    };
+    ledger
+        .mark_committed(&id, b, &outcome("by-b"))
+        .await
+        .expect("B commits");
+    // Lets the store's clock pass B's completion time, so a zero retention purges it.
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert_eq!(
+        ledger.purge(Duration::ZERO, NonZeroU32::MIN).await,
+        Ok(1),
+        "the finished row is purged"
+    );
+    let c = claim_new(&*ledger, &id, LONG).await;
+    for stale in [a, b, b.next()] {
+        assert_ne!(c, stale, "a fence repeated after the purge");
+        assert_eq!(
+            ledger.mark_committed(&id, stale, &outcome("stale")).await,
+            Err(LedgerError::LostOwnership {
+                expected: stale,
+                current: c
+            }),
+            "a stale owner completed the identity's new claim"
+        );
+        assert_eq!(
+            ledger.mark_failed(&id, stale, &failure("stale")).await,
+            Err(LedgerError::LostOwnership {
+                expected: stale,
+                current: c
+            })
+        );
+    }
+    ledger
+        .mark_committed(&id, c, &outcome("by-c"))
+        .await
+        .expect("C commits its own claim");
+    let record = ledger.find(&id).await.expect("find").expect("row");
+    assert_eq!(record.outcome_reference(), Some(&outcome("by-c")));
+}
+
+/// 16 units race to take one expired claim over, on many identities: exactly one wins each;
+/// the others see the new owner's live lease (or, on a single-writer store, time out).
+pub async fn racing_takeovers_of_an_expired_claim_have_one_winner<F: LedgerFixture>(fixture: &F) {
+    let capabilities = fixture.capabilities();
+    let store = Arc::new(fixture.fresh_store().await);
+    let identities: Vec<_> = (0..20)
+        .map(|n| identity("tenant-a", CREATE, &format!("takeover-{n}")))
+        .collect();
+    for id in &identities {
+        claim_new(&*store.autocommit(), id, 30).await;
+    }
+    // Waits out every lease by the store's clock.
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    for id in identities {
+        let tasks: Vec<_> = (0..16)
+            .map(|_| {
+                let (store, id) = (Arc::clone(&store), id.clone());
+                tokio::spawn(async move {
+                    let unit = store.begin().await?;
+                    let answer = unit.ledger().claim(&id, &request("x"), lease(LONG)).await;
+                    match &answer {
+                        Ok(ClaimOutcome::Claimed { .. }) => unit.commit().await?,
+                        _ => unit.rollback().await?,
+                    }
+                    Ok::<_, LedgerError>(answer)
+                })
+            })
+            .collect();
+        let mut winners = 0;
+        for task in tasks {
+            match task.await.expect("task") {
+                Ok(Ok(ClaimOutcome::Claimed {
+                    took_over: true, ..
+                })) => winners += 1,
+                Ok(Ok(ClaimOutcome::InProgress { .. })) | Ok(Err(LedgerError::InFlight { .. })) => {
+                }
+                Ok(Err(LedgerError::Unavailable { .. })) | Err(LedgerError::Unavailable { .. })
+                    if !capabilities.concurrent_writers => {}
+                other => panic!("unexpected answer to a racing takeover: {other:?}"),
+            }
+        }
+        assert_eq!(winners, 1, "{winners} takers won one expired claim");
+    }
+}
+
 /// What a handler does inside its unit of work: claim, business write, mark committed. The unit
 /// is left open for the caller to commit or roll back.
 async fn run_keyed_mutation<U: UnitOfWork>(unit: &U, id: &GrpcOperationIdentity, key: &str) {
     let ledger = unit.ledger();
-    assert_eq!(
-        ledger.claim(id, &request("x"), lease(LONG)).await,
-        Ok(claimed_first())
-    );
+    let version = claim_new(&*ledger, id, LONG).await;
     unit.business_write(key).await.expect("business write");
     ledger
-        .mark_committed(id, FIRST, &outcome(key))
+        .mark_committed(id, version, &outcome(key))
         .await
         .expect("mark committed");
 }
@@ -387,11 +480,7 @@ pub async fn concurrent_transitions_have_exactly_one_winner<F: LedgerFixture>(fi
     let capabilities = fixture.capabilities();
     let store = Arc::new(fixture.fresh_store().await);
     let id = identity("tenant-a", CREATE, "race");
-    store
-        .autocommit()
-        .claim(&id, &request("x"), lease(LONG))
-        .await
-        .expect("claim");
+    let version = claim_new(&*store.autocommit(), &id, LONG).await;
     let tasks: Vec<_> = (0..32)
         .map(|i| {
             let (store, id) = (Arc::clone(&store), id.clone());
@@ -399,11 +488,11 @@ pub async fn concurrent_transitions_have_exactly_one_winner<F: LedgerFixture>(fi
                 let unit = store.begin().await?;
                 let result = if i % 2 == 0 {
                     unit.ledger()
-                        .mark_committed(&id, FIRST, &outcome(&format!("w{i}")))
+                        .mark_committed(&id, version, &outcome(&format!("w{i}")))
                         .await
                 } else {
                     unit.ledger()
-                        .mark_failed(&id, FIRST, &failure(&format!("w{i}")))
+                        .mark_failed(&id, version, &failure(&format!("w{i}")))
                         .await
                 };
                 match result {
@@ -430,7 +519,7 @@ pub async fn concurrent_transitions_have_exactly_one_winner<F: LedgerFixture>(fi
         .await
         .expect("find")
         .expect("row");
-    assert_eq!(record.version, FIRST.next());
+    assert_eq!(record.version, version.next());
 }
 
 /// A duplicate behind another unit's uncommitted claim answers `InFlight` within the bound;
@@ -440,10 +529,7 @@ pub async fn duplicate_behind_uncommitted_claim_is_in_flight<F: LedgerFixture>(f
     let store = fixture.fresh_store().await;
     let id = identity("tenant-a", CREATE, "blocked");
     let holder = store.begin().await.expect("begin");
-    assert_eq!(
-        holder.ledger().claim(&id, &request("x"), lease(LONG)).await,
-        Ok(claimed_first())
-    );
+    let version = claim_new(&*holder.ledger(), &id, LONG).await;
     let started = Instant::now();
     let waiter = store.begin().await;
     let answer = match waiter {
@@ -470,7 +556,7 @@ pub async fn duplicate_behind_uncommitted_claim_is_in_flight<F: LedgerFixture>(f
 
     holder
         .ledger()
-        .mark_committed(&id, FIRST, &outcome("first"))
+        .mark_committed(&id, version, &outcome("first"))
         .await
         .expect("commit");
     holder.commit().await.expect("commit");
@@ -494,15 +580,12 @@ pub async fn killed_connection_is_unavailable_and_retry_succeeds<F: LedgerFixtur
     let store = fixture.fresh_store().await;
     let id = identity("tenant-a", CREATE, "killed");
     let unit = store.begin().await.expect("begin");
-    assert_eq!(
-        unit.ledger().claim(&id, &request("x"), lease(LONG)).await,
-        Ok(claimed_first())
-    );
+    let version = claim_new(&*unit.ledger(), &id, LONG).await;
     unit.business_write("killed").await.expect("business write");
     unit.kill_connection().await;
     let answer = unit
         .ledger()
-        .mark_committed(&id, FIRST, &outcome("p"))
+        .mark_committed(&id, version, &outcome("p"))
         .await;
     assert!(
         matches!(answer, Err(LedgerError::Unavailable { .. })),
@@ -522,57 +605,46 @@ pub async fn killed_connection_is_unavailable_and_retry_succeeds<F: LedgerFixtur
     assert_eq!(store.business_rows("killed").await, 1);
 }
 
-/// `purge` deletes only finished rows completed before the cutoff, at most `limit`.
+/// `purge` deletes only finished rows completed more than the retention ago by the store's
+/// clock, at most `limit`, never an in-progress one.
 pub async fn purge_deletes_only_old_finished_rows<F: LedgerFixture>(fixture: &F) {
     let store = fixture.fresh_store().await;
     let ledger = store.autocommit();
     for n in 0..5 {
         let id = identity("tenant-a", CREATE, &format!("old-{n}"));
-        ledger
-            .claim(&id, &request("x"), lease(LONG))
-            .await
-            .expect("claim");
+        let version = claim_new(&*ledger, &id, LONG).await;
         if n % 2 == 0 {
             ledger
-                .mark_committed(&id, FIRST, &outcome("p"))
+                .mark_committed(&id, version, &outcome("p"))
                 .await
                 .expect("commit");
         } else {
             ledger
-                .mark_failed(&id, FIRST, &failure("f"))
+                .mark_failed(&id, version, &failure("f"))
                 .await
                 .expect("fail");
         }
     }
     let open = identity("tenant-a", CREATE, "open");
-    ledger
-        .claim(&open, &request("x"), lease(1))
-        .await
-        .expect("claim");
-    tokio::time::sleep(Duration::from_millis(30)).await;
-    let cutoff = SystemTime::now();
-    tokio::time::sleep(Duration::from_millis(30)).await;
+    claim_new(&*ledger, &open, 1).await;
+    // The old rows age past the retention by the store's clock; the young one is finished just
+    // before the purge, well within it.
+    let retention = Duration::from_millis(1_000);
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
     let young = identity("tenant-a", CREATE, "young");
-    ledger
-        .claim(&young, &request("x"), lease(LONG))
-        .await
-        .expect("claim");
-    ledger
-        .mark_committed(&young, FIRST, &outcome("p"))
-        .await
-        .expect("commit");
+    claim_and_commit(&*ledger, &young, "p").await;
 
     let limit = |n| NonZeroU32::new(n).expect("non-zero");
-    assert_eq!(ledger.purge(cutoff, limit(3)).await, Ok(3));
-    assert_eq!(ledger.purge(cutoff, limit(100)).await, Ok(2));
-    assert_eq!(ledger.purge(cutoff, limit(100)).await, Ok(0));
+    assert_eq!(ledger.purge(retention, limit(3)).await, Ok(3));
+    assert_eq!(ledger.purge(retention, limit(100)).await, Ok(2));
+    assert_eq!(ledger.purge(retention, limit(100)).await, Ok(0));
     assert!(
         ledger.find(&open).await.expect("find").is_some(),
         "IN_PROGRESS is never purged"
     );
     assert!(
         ledger.find(&young).await.expect("find").is_some(),
-        "rows after the cutoff stay"
+        "rows younger than the retention stay"
     );
     assert_eq!(store.ledger_rows().await, 2);
 }
@@ -612,13 +684,10 @@ pub async fn bad_input_never_writes_a_row<F: LedgerFixture>(fixture: &F) {
     assert!(OutcomeReference::parse("").is_err());
     // Hostile but valid text is stored verbatim through bound parameters, never executed.
     let hostile = identity("x';DROP_TABLE--", CREATE, "k';DELETE/**/FROM/**/t;--");
-    ledger
-        .claim(&hostile, &request("x"), lease(LONG))
-        .await
-        .expect("claim");
+    let version = claim_new(&*ledger, &hostile, LONG).await;
     let evil = outcome("'); DROP TABLE grpc_operation_ledger; --");
     ledger
-        .mark_committed(&hostile, FIRST, &evil)
+        .mark_committed(&hostile, version, &evil)
         .await
         .expect("commit");
     let record = ledger.find(&hostile).await.expect("find").expect("row");
@@ -706,6 +775,8 @@ suite!(
     transitions_twice_are_already_completed,
     transitions_with_stale_version_lose_ownership,
     expired_lease_is_taken_over_and_old_owner_fenced,
+    stale_owner_cannot_complete_a_claim_made_after_purge,
+    racing_takeovers_of_an_expired_claim_have_one_winner,
     co_commit_rolls_back_and_commits_together,
     concurrent_claims_have_exactly_one_owner,
     concurrent_transitions_have_exactly_one_winner,

@@ -32,6 +32,12 @@ pub enum Defect {
     ReadThenInsertClaim,
     /// Transitions ignore the version.
     UnversionedTransition,
+    /// A takeover overwrites an expired claim without checking that it is still the version it
+    /// read and still expired, so two takers of one expired claim can both win.
+    UnfencedTakeover,
+    /// A fresh claim starts at version 1 again, so a stalled owner of a purged row can complete
+    /// the identity's next claim.
+    RepeatingVersions,
 }
 
 #[derive(Default)]
@@ -301,6 +307,15 @@ impl InMemoryOperationLedger {
         let in_flight = || LedgerError::InFlight {
             retry_after: self.shared.claim_wait,
         };
+        let fresh_version = || {
+            if self.shared.defect == Some(Defect::RepeatingVersions) {
+                return Version::from_stored(1).expect("1 is a version");
+            }
+            Version::fresh(
+                millis_since_epoch(SystemTime::now()),
+                Version::random_salt(),
+            )
+        };
         let fresh_row = |version: Version| {
             let now = SystemTime::now();
             OperationRecord {
@@ -314,17 +329,19 @@ impl InMemoryOperationLedger {
         };
         match self.shared.defect {
             Some(Defect::UpsertClaim) => {
-                unit.pending().rows.insert(key, fresh_row(Version::FIRST));
+                let version = fresh_version();
+                unit.pending().rows.insert(key, fresh_row(version));
                 return Ok(ClaimOutcome::Claimed {
-                    version: Version::FIRST,
+                    version,
                     took_over: false,
                 });
             }
             Some(Defect::ReadThenInsertClaim) if self.visible(unit, &key).is_none() => {
                 tokio::time::sleep(Duration::from_millis(1)).await;
-                unit.pending().rows.insert(key, fresh_row(Version::FIRST));
+                let version = fresh_version();
+                unit.pending().rows.insert(key, fresh_row(version));
                 return Ok(ClaimOutcome::Claimed {
-                    version: Version::FIRST,
+                    version,
                     took_over: false,
                 });
             }
@@ -348,9 +365,10 @@ impl InMemoryOperationLedger {
                 match self.visible(unit, &key) {
                     Some(row) => row,
                     None => {
-                        unit.pending().rows.insert(key, fresh_row(Version::FIRST));
+                        let version = fresh_version();
+                        unit.pending().rows.insert(key, fresh_row(version));
                         return Ok(ClaimOutcome::Claimed {
-                            version: Version::FIRST,
+                            version,
                             took_over: false,
                         });
                     }
@@ -373,12 +391,19 @@ impl InMemoryOperationLedger {
             });
         }
         // Fenced takeover: lock the row, then update only if it is still the version we read.
+        let fenced = self.shared.defect != Some(Defect::UnfencedTakeover);
+        if !fenced {
+            // The round trip between a real store's read and its update, where another taker
+            // gets in.
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
         if let Lock::TimedOut = self.lock(unit, &key).await {
             return Err(in_flight());
         }
         match self.visible(unit, &key) {
             Some(current)
-                if current.version == existing.version && !current.state().is_terminal() =>
+                if (!fenced || current.version == existing.version)
+                    && !current.state().is_terminal() =>
             {
                 let version = existing.version.next();
                 unit.pending().rows.insert(key, fresh_row(version));
@@ -483,11 +508,10 @@ impl GrpcOperationLedger for InMemoryOperationLedger {
     }
 
     /// Deletes committed rows directly: purge in the double is not part of a unit of work.
-    async fn purge(
-        &self,
-        completed_before: SystemTime,
-        limit: NonZeroU32,
-    ) -> Result<u64, LedgerError> {
+    async fn purge(&self, retention: Duration, limit: NonZeroU32) -> Result<u64, LedgerError> {
+        let completed_before = SystemTime::now()
+            .checked_sub(retention)
+            .unwrap_or(SystemTime::UNIX_EPOCH);
         let mut committed = self.shared.committed();
         let doomed: Vec<String> = committed
             .rows
@@ -636,4 +660,12 @@ impl InMemoryStore {
     pub fn committed_business(&self) -> Vec<String> {
         self.shared.committed().business.clone()
     }
+}
+
+/// Milliseconds since the Unix epoch: the double's store clock, in the unit fresh versions use.
+fn millis_since_epoch(time: SystemTime) -> i64 {
+    time.duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |since| {
+            i64::try_from(since.as_millis()).unwrap_or(i64::MAX)
+        })
 }

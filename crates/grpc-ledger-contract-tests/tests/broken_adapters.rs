@@ -57,6 +57,24 @@ async fn the_suite_catches_an_unversioned_transition() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_suite_catches_an_unfenced_takeover() {
+    let cases = caught(Defect::UnfencedTakeover).await;
+    assert!(
+        cases.contains(&"racing_takeovers_of_an_expired_claim_have_one_winner"),
+        "two takers of one expired claim were not caught; caught by {cases:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_suite_catches_versions_that_repeat_after_purge() {
+    let cases = caught(Defect::RepeatingVersions).await;
+    assert!(
+        cases.contains(&"stale_owner_cannot_complete_a_claim_made_after_purge"),
+        "a stale owner completing a fresh claim was not caught; caught by {cases:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_honest_double_passes_every_case() {
     let fixture = Arc::new(InMemoryFixture::new(Duration::from_millis(300)));
     assert_eq!(run_report(fixture).await, Vec::<(&str, String)>::new());

@@ -194,9 +194,20 @@ where
             let mut values = identity_values(identity);
             values.push(request.to_hex().into());
             values.push(lease.as_millis().into());
-            if self.execute(&sql.claim_insert, values, phase).await? == 1 {
+            values.push(i32::from(Version::random_salt()).into());
+            let inserted = self
+                .connection()
+                .query_one_raw(self.statement(&sql.claim_insert, values))
+                .await
+                .map_err(|e| map_db_err(e, phase))?;
+            if let Some(row) = inserted {
+                let version = row
+                    .try_get::<i64>("", "version")
+                    .ok()
+                    .and_then(|stored| Version::from_stored(stored).ok())
+                    .ok_or_else(|| LedgerError::internal("a fresh claim returned no version"))?;
                 return Ok(ClaimOutcome::Claimed {
-                    version: Version::FIRST,
+                    version,
                     took_over: false,
                 });
             }
@@ -262,15 +273,9 @@ where
             .map(|(record, _)| record))
     }
 
-    async fn purge(
-        &self,
-        completed_before: SystemTime,
-        limit: NonZeroU32,
-    ) -> Result<u64, LedgerError> {
-        let values = vec![
-            to_millis(completed_before).into(),
-            i64::from(limit.get()).into(),
-        ];
+    async fn purge(&self, retention: Duration, limit: NonZeroU32) -> Result<u64, LedgerError> {
+        let retention_ms = i64::try_from(retention.as_millis()).unwrap_or(i64::MAX);
+        let values = vec![retention_ms.into(), i64::from(limit.get()).into()];
         self.execute(&self.sql()?.purge, values, Phase::Other).await
     }
 

@@ -16,14 +16,18 @@ macro_rules! identity_condition {
     };
 }
 
-/// Claim: one insert that can only insert. `$4` request fingerprint, `$5` lease in ms.
-/// (SQLite needs the `WHERE true` to tell the SELECT's end from the ON CONFLICT clause.)
+/// Claim: one insert that can only insert. `$4` request fingerprint, `$5` lease in ms, `$6` the
+/// version's random salt. The fresh version is the store's clock shifted left by 20 bits plus the
+/// salt (`Version::fresh`), so it never repeats for an identity; it is returned only when the row
+/// was inserted. (SQLite needs the `WHERE true` to tell the SELECT's end from the ON CONFLICT
+/// clause.)
 const CLAIM_INSERT: &str = "INSERT INTO grpc_operation_ledger \
     (caller_fingerprint, full_method_name, idempotency_key_hash, request_fingerprint, \
      state, version, claimed_at, lease_expires_at) \
-    SELECT $1, $2, $3, $4, 'IN_PROGRESS', 1, clock.now, clock.now + $5 \
+    SELECT $1, $2, $3, $4, 'IN_PROGRESS', clock.now * 1048576 + $6, clock.now, clock.now + $5 \
     FROM (SELECT {now} AS now) AS clock WHERE true \
-    ON CONFLICT (caller_fingerprint, full_method_name, idempotency_key_hash) DO NOTHING";
+    ON CONFLICT (caller_fingerprint, full_method_name, idempotency_key_hash) DO NOTHING \
+    RETURNING version";
 
 /// The row of one identity, with the store's clock.
 const SELECT_RECORD: &str = concat!(
@@ -58,13 +62,15 @@ const MARK_FAILED: &str = concat!(
     " AND state = 'IN_PROGRESS' AND version = $4"
 );
 
-/// Deletes at most `$2` finished rows completed before `$1` (ms). `claimed_at <= completed_at`
-/// always holds, so the condition on `claimed_at` lets its index find the candidates.
+/// Deletes at most `$2` finished rows completed more than `$1` ms ago by the store's clock.
+/// `claimed_at <= completed_at` always holds, so the condition on `claimed_at` lets its index find
+/// the candidates.
 const PURGE: &str = "DELETE FROM grpc_operation_ledger \
     WHERE (caller_fingerprint, full_method_name, idempotency_key_hash) IN ( \
     SELECT caller_fingerprint, full_method_name, idempotency_key_hash \
-    FROM grpc_operation_ledger \
-    WHERE claimed_at < $1 AND completed_at < $1 AND state <> 'IN_PROGRESS' LIMIT $2)";
+    FROM grpc_operation_ledger, (SELECT {now} - $1 AS cutoff) AS clock \
+    WHERE claimed_at < clock.cutoff AND completed_at < clock.cutoff \
+    AND state <> 'IN_PROGRESS' LIMIT $2)";
 
 const POSTGRES_NOW: &str = "(EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::BIGINT";
 const SQLITE_NOW: &str = "CAST(unixepoch('subsec') * 1000 AS INTEGER)";
@@ -139,7 +145,11 @@ mod tests {
                 sql.claim_insert
                     .starts_with("INSERT INTO grpc_operation_ledger")
             );
-            assert!(sql.claim_insert.ends_with("DO NOTHING"));
+            assert!(sql.claim_insert.ends_with("DO NOTHING RETURNING version"));
+            assert!(sql.claim_insert.contains(&format!(
+                "clock.now * {} + ",
+                1u64 << grpc_core_api::Version::CLAIM_TIME_SHIFT
+            )));
             assert!(!sql.claim_insert.contains("UPDATE"), "{}", sql.claim_insert);
             assert!(!sql.claim_insert.contains("DO UPDATE"));
             for statement in [

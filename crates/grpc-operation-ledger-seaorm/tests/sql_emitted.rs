@@ -79,10 +79,11 @@ async fn claim_emits_one_insert_on_conflict_and_never_an_update_on_the_insert_pa
     let recording = Recording::on(&t.db);
     let ledger = SeaOrmOperationLedger::new(&recording);
     let id = identity("tenant-a", CREATE, "sql");
-    ledger
-        .claim(&id, &fingerprint("x"), lease(30_000))
-        .await
-        .unwrap();
+    let Ok(ClaimOutcome::Claimed { version, .. }) =
+        ledger.claim(&id, &fingerprint("x"), lease(30_000)).await
+    else {
+        panic!("a fresh identity is claimed");
+    };
     let insert_path = std::mem::take(&mut *recording.log.lock().unwrap());
     assert_eq!(insert_path.len(), 1, "{insert_path:#?}");
     assert!(insert_path[0].starts_with("INSERT INTO grpc_operation_ledger"));
@@ -104,7 +105,7 @@ async fn claim_emits_one_insert_on_conflict_and_never_an_update_on_the_insert_pa
     assert!(duplicate_path[1].starts_with("SELECT"));
 
     ledger
-        .mark_committed(&id, Version::FIRST, &outcome("p"))
+        .mark_committed(&id, version, &outcome("p"))
         .await
         .unwrap();
     let transition = std::mem::take(&mut *recording.log.lock().unwrap());
@@ -122,16 +123,17 @@ async fn postgres_statements_use_the_whole_primary_key() {
     let recording = Recording::on(&t.db);
     let ledger = SeaOrmOperationLedger::new(&recording);
     let id = identity("tenant-a", CREATE, "plans");
+    let Ok(ClaimOutcome::Claimed { version, .. }) =
+        ledger.claim(&id, &fingerprint("x"), lease(30_000)).await
+    else {
+        panic!("a fresh identity is claimed");
+    };
     ledger
         .claim(&id, &fingerprint("x"), lease(30_000))
         .await
         .unwrap();
     ledger
-        .claim(&id, &fingerprint("x"), lease(30_000))
-        .await
-        .unwrap();
-    ledger
-        .mark_committed(&id, Version::FIRST, &outcome("p"))
+        .mark_committed(&id, version, &outcome("p"))
         .await
         .unwrap();
     let statements = std::mem::take(&mut *recording.values.lock().unwrap());

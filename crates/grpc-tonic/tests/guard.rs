@@ -322,7 +322,7 @@ impl LedgerUnitsOfWork for MockUnits {
 
 fn claimed() -> ClaimOutcome {
     ClaimOutcome::Claimed {
-        version: Version::FIRST,
+        version: Version::fresh(1_764_700_000_000, 1),
         took_over: false,
     }
 }
@@ -401,8 +401,8 @@ async fn lost_ownership_at_commit_rolls_back_and_is_aborted() {
         ledger.expect_claim().returning(|_, _, _| Ok(claimed()));
         ledger.expect_mark_committed().returning(|_, _, _| {
             Err(LedgerError::LostOwnership {
-                expected: Version::FIRST,
-                current: Version::FIRST.next(),
+                expected: Version::fresh(1_764_700_000_000, 1),
+                current: Version::fresh(1_764_700_000_000, 1).next(),
             })
         });
         ledger
