@@ -93,8 +93,12 @@ pub enum UnavailableKind {
     SerializationFailure,
     /// A statement ran past its time limit.
     Timeout,
-    /// The store is shutting down, starting up or otherwise refusing work.
+    /// The store is shutting down, starting up, read-only (a standby), out of disk or memory, or
+    /// otherwise refusing work.
     StoreNotReady,
+    /// The store's single write lock stayed taken by other units of work past the wait bound
+    /// (SQLite): busy, not a duplicate of this request.
+    StoreBusy,
 }
 
 impl UnavailableKind {
@@ -105,6 +109,7 @@ impl UnavailableKind {
             Self::SerializationFailure => "the ledger store aborted a conflicting transaction",
             Self::Timeout => "a ledger statement timed out",
             Self::StoreNotReady => "the ledger store is not accepting work",
+            Self::StoreBusy => "the ledger store is busy with other writers",
         }
     }
 }

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use grpc_core_api::{
     CallerFingerprint, ClaimOutcome, GrpcMethod, GrpcOperationIdentity, GrpcOperationLedger,
     IdempotencyKey, KeyHasher, LeaseDuration, LedgerError, OperationState, OutcomeReference,
-    RecordedFailure, RequestFingerprint, Version,
+    RecordedFailure, RequestFingerprint, UnavailableKind, Version,
 };
 
 use crate::{LedgerFixture, LedgerStore, UnitOfWork};
@@ -382,6 +382,38 @@ pub async fn racing_takeovers_of_an_expired_claim_have_one_winner<F: LedgerFixtu
     }
 }
 
+/// 32 tasks claim one identity 30 times each with 1 ms leases, so takeovers race constantly: a
+/// claim that cannot settle is in flight, never an internal error.
+pub async fn claims_under_contention_never_answer_internal<F: LedgerFixture>(fixture: &F) {
+    let capabilities = fixture.capabilities();
+    let store = Arc::new(fixture.fresh_store().await);
+    let id = identity("tenant-a", CREATE, "contended");
+    let tasks: Vec<_> = (0..32)
+        .map(|_| {
+            let (store, id) = (Arc::clone(&store), id.clone());
+            tokio::spawn(async move {
+                let mut answers = Vec::new();
+                for _ in 0..30 {
+                    answers.push(store.autocommit().claim(&id, &request("x"), lease(1)).await);
+                }
+                answers
+            })
+        })
+        .collect();
+    let mut owners = 0;
+    for task in tasks {
+        for answer in task.await.expect("task") {
+            match answer {
+                Ok(ClaimOutcome::Claimed { .. }) => owners += 1,
+                Ok(ClaimOutcome::InProgress { .. }) | Err(LedgerError::InFlight { .. }) => {}
+                Err(LedgerError::Unavailable { .. }) if !capabilities.concurrent_writers => {}
+                other => panic!("a contended claim must not answer {other:?}"),
+            }
+        }
+    }
+    assert!(owners >= 1, "nobody ever owned the contended identity");
+}
+
 /// What a handler does inside its unit of work: claim, business write, mark committed. The unit
 /// is left open for the caller to commit or roll back.
 async fn run_keyed_mutation<U: UnitOfWork>(unit: &U, id: &GrpcOperationIdentity, key: &str) {
@@ -522,10 +554,12 @@ pub async fn concurrent_transitions_have_exactly_one_winner<F: LedgerFixture>(fi
     assert_eq!(record.version, version.next());
 }
 
-/// A duplicate behind another unit's uncommitted claim answers `InFlight` within the bound;
-/// after the first unit commits, a duplicate replays.
+/// A duplicate behind another unit's uncommitted claim answers `InFlight` within the bound (on a
+/// single-writer store, whose units wait for the write lock when they begin, `Unavailable`: the
+/// store is busy); after the first unit commits, a duplicate replays.
 pub async fn duplicate_behind_uncommitted_claim_is_in_flight<F: LedgerFixture>(fixture: &F) {
-    let bound = fixture.capabilities().claim_wait;
+    let capabilities = fixture.capabilities();
+    let bound = capabilities.claim_wait;
     let store = fixture.fresh_store().await;
     let id = identity("tenant-a", CREATE, "blocked");
     let holder = store.begin().await.expect("begin");
@@ -541,8 +575,10 @@ pub async fn duplicate_behind_uncommitted_claim_is_in_flight<F: LedgerFixture>(f
         Err(error) => Err(error),
     };
     let waited = started.elapsed();
+    let busy = LedgerError::unavailable(UnavailableKind::StoreBusy);
     assert!(
-        matches!(answer, Err(LedgerError::InFlight { .. })),
+        matches!(answer, Err(LedgerError::InFlight { .. }))
+            || (!capabilities.concurrent_writers && answer == Err(busy)),
         "a blocked duplicate must answer InFlight, got {answer:?}"
     );
     assert!(
@@ -777,6 +813,7 @@ suite!(
     expired_lease_is_taken_over_and_old_owner_fenced,
     stale_owner_cannot_complete_a_claim_made_after_purge,
     racing_takeovers_of_an_expired_claim_have_one_winner,
+    claims_under_contention_never_answer_internal,
     co_commit_rolls_back_and_commits_together,
     concurrent_claims_have_exactly_one_owner,
     concurrent_transitions_have_exactly_one_winner,

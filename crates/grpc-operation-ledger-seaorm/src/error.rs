@@ -54,119 +54,180 @@ fn map_sqlx(error: &sqlx::Error, phase: Phase) -> LedgerError {
         | sqlx::Error::WorkerCrashed => unavailable(UnavailableKind::ConnectionLost),
         sqlx::Error::Database(db) => {
             let code = db.code().map(|c| c.into_owned()).unwrap_or_default();
-            map_database_code(&code, phase)
+            if db.try_downcast_ref::<sqlx::sqlite::SqliteError>().is_some() {
+                map_sqlite_code(&code, phase)
+            } else {
+                map_sqlstate(&code, phase)
+            }
         }
         _ => LedgerError::internal("unexpected driver error"),
     }
 }
 
-/// SQLSTATE codes (PostgreSQL) and primary result codes (SQLite) to port errors.
-fn map_database_code(code: &str, phase: Phase) -> LedgerError {
+/// PostgreSQL SQLSTATE codes to port errors: first the codes that need a meaning of their own,
+/// then whole classes. A transient state of the store (the unit of work did not take effect, or
+/// its outcome is unknown and a keyed retry is safe) is `Unavailable`; `Internal` is only for
+/// classes that mean a bug (syntax, undefined objects, data exceptions, constraint violations).
+fn map_sqlstate(code: &str, phase: Phase) -> LedgerError {
+    use UnavailableKind::*;
     let unavailable = LedgerError::unavailable;
-    let lock_wait_exceeded = || match phase {
-        Phase::Claim { wait } => LedgerError::InFlight { retry_after: wait },
-        Phase::Other => unavailable(UnavailableKind::Timeout),
-    };
     match code {
-        // serialization_failure, deadlock_detected
-        "40001" | "40P01" => unavailable(UnavailableKind::SerializationFailure),
-        // lock_not_available: lock_timeout ran out
-        "55P03" => lock_wait_exceeded(),
-        // SQLITE_BUSY, SQLITE_LOCKED (and their extended codes): the busy timeout ran out
-        c if c == "5"
-            || c == "6"
-            || sqlite_primary(c) == Some(5)
-            || sqlite_primary(c) == Some(6) =>
-        {
-            lock_wait_exceeded()
-        }
-        // query_canceled (statement_timeout)
-        "57014" => unavailable(UnavailableKind::Timeout),
-        // admin_shutdown, crash_shutdown, cannot_connect_now, too_many_connections
-        "57P01" | "57P02" => unavailable(UnavailableKind::ConnectionLost),
-        "57P03" | "53300" => unavailable(UnavailableKind::StoreNotReady),
-        // connection_exception class
-        c if c.starts_with("08") => unavailable(UnavailableKind::ConnectionLost),
+        // lock_not_available: lock_timeout ran out behind another unit's lock
+        "55P03" => lock_wait_exceeded(phase),
+        // query_canceled: statement_timeout or a cancel request
+        "57014" => unavailable(Timeout),
+        // admin_shutdown, crash_shutdown, idle_session_timeout: the session is gone
+        "57P01" | "57P02" | "57P05" => unavailable(ConnectionLost),
+        // idle_in_transaction_session_timeout: the server ended the session mid-unit
+        "25P03" => unavailable(ConnectionLost),
+        // read_only_sql_transaction: a standby (during a failover) or a read-only database
+        "25006" => unavailable(StoreNotReady),
         // in_failed_sql_transaction: an earlier statement of the caller's unit of work failed
         "25P02" => LedgerError::internal(
             "the unit of work is aborted by an earlier error; roll it back and retry",
         ),
-        // check_violation (PostgreSQL 23514, SQLite constraint 19/275)
-        "23514" | "275" => LedgerError::internal("a ledger row violated a CHECK constraint"),
+        "23514" => LedgerError::internal("a ledger row violated a CHECK constraint"),
         // unique_violation cannot happen on a claim (ON CONFLICT DO NOTHING); anywhere else it
         // is a bug
-        "23505" | "1555" | "2067" => LedgerError::internal("a ledger row violated uniqueness"),
-        other => LedgerError::internal(format!("unexpected database error (code {other})")),
+        "23505" => LedgerError::internal("a ledger row violated uniqueness"),
+        _ => match code.get(..2) {
+            // transaction_rollback: serialization failure, deadlock, statement completion unknown
+            Some("40") => unavailable(SerializationFailure),
+            // connection_exception
+            Some("08") => unavailable(ConnectionLost),
+            // insufficient_resources (disk full, out of memory, too many connections) and
+            // operator_intervention (cannot_connect_now, shutting down)
+            Some("53" | "57") => unavailable(StoreNotReady),
+            // system_error: an I/O error on the server
+            Some("58") => unavailable(StoreNotReady),
+            _ => LedgerError::internal(format!("unexpected database error (code {code})")),
+        },
     }
 }
 
-/// SQLite extended result codes carry the primary code in their low byte.
-fn sqlite_primary(code: &str) -> Option<u32> {
-    code.parse::<u32>()
-        .ok()
-        .filter(|c| *c > 255)
-        .map(|c| c & 0xff)
+/// SQLite result codes (primary, or extended with the primary in the low byte) to port errors.
+fn map_sqlite_code(code: &str, phase: Phase) -> LedgerError {
+    use UnavailableKind::*;
+    let unavailable = LedgerError::unavailable;
+    let Ok(extended) = code.parse::<u32>() else {
+        return LedgerError::internal(format!("unexpected database error (code {code})"));
+    };
+    match extended & 0xff {
+        // SQLITE_BUSY, SQLITE_LOCKED: the busy timeout ran out waiting for the single write lock.
+        // Units of work begin as writers, so inside one this cannot be a duplicate claim behind
+        // an uncommitted one: the store is busy, whatever the phase.
+        5 | 6 => {
+            let _ = phase;
+            unavailable(StoreBusy)
+        }
+        // SQLITE_IOERR*, SQLITE_FULL, SQLITE_CANTOPEN, SQLITE_PROTOCOL: the file or the disk
+        10 | 13 | 14 | 15 => unavailable(StoreNotReady),
+        // SQLITE_CONSTRAINT (CHECK 275, PRIMARY KEY 1555, UNIQUE 2067, ...)
+        19 => LedgerError::internal("a ledger row violated a constraint"),
+        _ => LedgerError::internal(format!("unexpected database error (code {code})")),
+    }
+}
+
+fn lock_wait_exceeded(phase: Phase) -> LedgerError {
+    match phase {
+        Phase::Claim { wait } => LedgerError::InFlight { retry_after: wait },
+        Phase::Other => LedgerError::unavailable(UnavailableKind::Timeout),
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    const CLAIM: Phase = Phase::Claim {
+        wait: Duration::from_millis(250),
+    };
+
+    /// What each code means, row by row: `None` is INTERNAL (a bug), `Some(kind)` a transient
+    /// state, and the lock wait during a claim is `InFlight`.
     #[test]
-    fn codes_map_to_the_right_port_errors() {
-        let claim = Phase::Claim {
-            wait: Duration::from_millis(250),
-        };
-        let in_flight = LedgerError::InFlight {
-            retry_after: Duration::from_millis(250),
-        };
-        let timeout = LedgerError::unavailable(UnavailableKind::Timeout);
-        let cases = [
-            ("55P03", claim, in_flight.clone()),
-            ("55P03", Phase::Other, timeout.clone()),
-            ("5", claim, in_flight.clone()),
-            ("517", claim, in_flight.clone()), // SQLITE_BUSY_SNAPSHOT
-            ("6", Phase::Other, timeout.clone()),
-            (
-                "40001",
-                claim,
-                LedgerError::unavailable(UnavailableKind::SerializationFailure),
-            ),
-            (
-                "40P01",
-                Phase::Other,
-                LedgerError::unavailable(UnavailableKind::SerializationFailure),
-            ),
-            ("57014", Phase::Other, timeout),
-            (
-                "57P01",
-                Phase::Other,
-                LedgerError::unavailable(UnavailableKind::ConnectionLost),
-            ),
-            (
-                "08006",
-                Phase::Other,
-                LedgerError::unavailable(UnavailableKind::ConnectionLost),
-            ),
-            (
-                "57P03",
-                Phase::Other,
-                LedgerError::unavailable(UnavailableKind::StoreNotReady),
-            ),
-            (
-                "53300",
-                Phase::Other,
-                LedgerError::unavailable(UnavailableKind::StoreNotReady),
-            ),
+    fn sqlstates_map_by_code_then_by_class() {
+        use UnavailableKind::*;
+        let table: &[(&str, Option<UnavailableKind>)] = &[
+            ("40001", Some(SerializationFailure)), // serialization_failure
+            ("40P01", Some(SerializationFailure)), // deadlock_detected
+            ("40003", Some(SerializationFailure)), // statement_completion_unknown
+            ("55P03", Some(Timeout)),              // lock_not_available (outside a claim)
+            ("57014", Some(Timeout)),              // query_canceled
+            ("57P01", Some(ConnectionLost)),       // admin_shutdown
+            ("57P02", Some(ConnectionLost)),       // crash_shutdown
+            ("57P05", Some(ConnectionLost)),       // idle_session_timeout
+            ("25P03", Some(ConnectionLost)),       // idle_in_transaction_session_timeout
+            ("08006", Some(ConnectionLost)),       // connection_failure
+            ("08P01", Some(ConnectionLost)),       // protocol_violation
+            ("25006", Some(StoreNotReady)),        // read_only_sql_transaction (a standby)
+            ("57P03", Some(StoreNotReady)),        // cannot_connect_now
+            ("53100", Some(StoreNotReady)),        // disk_full
+            ("53200", Some(StoreNotReady)),        // out_of_memory
+            ("53300", Some(StoreNotReady)),        // too_many_connections
+            ("58030", Some(StoreNotReady)),        // io_error
+            ("25P02", None),                       // in_failed_sql_transaction
+            ("23514", None),                       // check_violation
+            ("23505", None),                       // unique_violation
+            ("23502", None),                       // not_null_violation
+            ("22001", None),                       // string_data_right_truncation
+            ("22P02", None),                       // invalid_text_representation
+            ("42601", None),                       // syntax_error
+            ("42P01", None),                       // undefined_table
+            ("42703", None),                       // undefined_column
+            ("XX000", None),                       // internal_error
         ];
-        for (code, phase, expected) in cases {
-            assert_eq!(map_database_code(code, phase), expected, "code {code}");
+        for (code, expected) in table {
+            let got = map_sqlstate(code, Phase::Other);
+            match expected {
+                Some(kind) => assert_eq!(got, LedgerError::unavailable(*kind), "SQLSTATE {code}"),
+                None => assert!(
+                    matches!(got, LedgerError::Internal { .. }),
+                    "SQLSTATE {code}: {got:?}"
+                ),
+            }
         }
-        for code in ["23514", "275", "23505", "42P01"] {
-            assert!(matches!(
-                map_database_code(code, Phase::Other),
-                LedgerError::Internal { .. }
-            ));
+        assert_eq!(
+            map_sqlstate("55P03", CLAIM),
+            LedgerError::InFlight {
+                retry_after: Duration::from_millis(250)
+            },
+            "a claim behind another unit's uncommitted claim is in flight"
+        );
+    }
+
+    #[test]
+    fn sqlite_codes_map_by_primary_code() {
+        use UnavailableKind::*;
+        let table: &[(&str, Option<UnavailableKind>)] = &[
+            ("5", Some(StoreBusy)),       // SQLITE_BUSY
+            ("517", Some(StoreBusy)),     // SQLITE_BUSY_SNAPSHOT
+            ("6", Some(StoreBusy)),       // SQLITE_LOCKED
+            ("10", Some(StoreNotReady)),  // SQLITE_IOERR
+            ("266", Some(StoreNotReady)), // SQLITE_IOERR_READ
+            ("778", Some(StoreNotReady)), // SQLITE_IOERR_WRITE
+            ("13", Some(StoreNotReady)),  // SQLITE_FULL
+            ("14", Some(StoreNotReady)),  // SQLITE_CANTOPEN
+            ("19", None),                 // SQLITE_CONSTRAINT
+            ("275", None),                // SQLITE_CONSTRAINT_CHECK
+            ("1555", None),               // SQLITE_CONSTRAINT_PRIMARYKEY
+            ("2067", None),               // SQLITE_CONSTRAINT_UNIQUE
+            ("1", None),                  // SQLITE_ERROR (syntax, missing table)
+            ("11", None),                 // SQLITE_CORRUPT
+        ];
+        for (code, expected) in table {
+            for phase in [Phase::Other, CLAIM] {
+                let got = map_sqlite_code(code, phase);
+                match expected {
+                    Some(kind) => {
+                        assert_eq!(got, LedgerError::unavailable(*kind), "SQLite code {code}")
+                    }
+                    None => assert!(
+                        matches!(got, LedgerError::Internal { .. }),
+                        "SQLite code {code}: {got:?}"
+                    ),
+                }
+            }
         }
     }
 

@@ -18,8 +18,9 @@ use crate::sql::Sql;
 /// when the connection sets no bound of its own; reported as the `InFlight` retry delay.
 const DEFAULT_CLAIM_WAIT: Duration = Duration::from_secs(2);
 
-/// A claim can find no row after its insert did nothing only if `purge` deleted the row in
-/// between; the claim then inserts again. Two rounds cover that race; more would mean a bug.
+/// How many times a claim goes round insert, read and takeover before it answers `InFlight`: a
+/// round is repeated when `purge` deleted the row between the insert and the read, or another
+/// taker won the row between the read and the takeover.
 const CLAIM_ROUNDS: usize = 3;
 
 /// The operation ledger on a SeaORM connection `C`: `&DatabaseTransaction` to run inside the
@@ -238,9 +239,11 @@ where
             }
             // Someone else took it over or finished it first: answer from the row as it is now.
         }
-        Err(LedgerError::internal(
-            "a claim did not settle after repeated attempts",
-        ))
+        // Other takers keep winning the row between our read and our update (leases shorter
+        // than a round trip): the operation is in flight elsewhere. Come back after a lease.
+        Err(LedgerError::InFlight {
+            retry_after: lease.get(),
+        })
     }
 
     async fn mark_committed(

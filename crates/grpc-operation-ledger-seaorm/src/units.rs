@@ -4,7 +4,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use grpc_core_api::{GrpcOperationLedger, LedgerDurability, LedgerError, LedgerUnitsOfWork};
-use sea_orm::{DatabaseConnection, DatabaseTransaction, TransactionTrait};
+use sea_orm::{
+    DatabaseConnection, DatabaseTransaction, SqliteTransactionMode, TransactionOptions,
+    TransactionTrait,
+};
 
 use crate::error::{Phase, map_db_err};
 use crate::{LedgerConfig, SeaOrmOperationLedger};
@@ -38,9 +41,17 @@ impl SeaOrmUnitsOfWork {
 impl LedgerUnitsOfWork for SeaOrmUnitsOfWork {
     type Transaction = DatabaseTransaction;
 
+    /// Begins the unit as a writer on SQLite (`BEGIN IMMEDIATE`): a deferred transaction that
+    /// read first could not be upgraded to a writer later and would be refused at its first
+    /// write, and waiting for the single write lock here, before the claim, keeps a busy store
+    /// from looking like a duplicate in flight. PostgreSQL ignores the mode.
     async fn begin(&self) -> Result<DatabaseTransaction, LedgerError> {
+        let options = TransactionOptions {
+            sqlite_transaction_mode: Some(SqliteTransactionMode::Immediate),
+            ..TransactionOptions::default()
+        };
         self.db
-            .begin()
+            .begin_with_options(options)
             .await
             .map_err(|e| map_db_err(e, Phase::Other))
     }

@@ -2,12 +2,10 @@
 //! database per case (see [`super::fresh`]), migrated by the real migrator, plus a business table.
 
 use async_trait::async_trait;
-use grpc_core_api::{GrpcOperationLedger, LedgerError, UnavailableKind};
+use grpc_core_api::{GrpcOperationLedger, LedgerError, LedgerUnitsOfWork, UnavailableKind};
 use grpc_ledger_contract_tests::{Capabilities, LedgerFixture, LedgerStore, UnitOfWork};
-use grpc_operation_ledger_seaorm::SeaOrmOperationLedger;
-use sea_orm::{
-    ConnectionTrait, Database, DatabaseTransaction, DbBackend, Statement, TransactionTrait,
-};
+use grpc_operation_ledger_seaorm::{SeaOrmOperationLedger, SeaOrmUnitsOfWork};
+use sea_orm::{ConnectionTrait, Database, DatabaseTransaction, DbBackend, Statement};
 
 use super::{Store, TestDb, config, fresh};
 
@@ -89,8 +87,11 @@ async fn count(db: &impl ConnectionTrait, sql: &str, value: Option<&str>) -> u64
 impl LedgerStore for SeaOrmStore {
     type Unit = SeaOrmUnit;
 
+    /// Begins the unit as the guard does, through [`SeaOrmUnitsOfWork`].
     async fn begin(&self) -> Result<SeaOrmUnit, LedgerError> {
-        let txn = self.test_db.db.begin().await.map_err(lost)?;
+        let txn = SeaOrmUnitsOfWork::new(self.test_db.db.clone(), &config())
+            .begin()
+            .await?;
         Ok(SeaOrmUnit {
             txn,
             url: self.test_db.url.clone(),
