@@ -208,6 +208,28 @@ impl RecordedFailure {
         })
     }
 
+    /// A failure that can always be recorded: the message with NUL replaced by U+FFFD and cut at
+    /// a character boundary to at most 1024 bytes; `None` only for the code OK, which is not a
+    /// failure. The caller that produced the failure still gets its full status; replays get
+    /// this form.
+    pub fn lossy(code: tonic::Code, message: &str) -> Option<Self> {
+        if code == tonic::Code::Ok {
+            return None;
+        }
+        let mut kept = message.replace('\0', "\u{fffd}");
+        if kept.len() > Self::MAX_MESSAGE_LEN {
+            let mut end = Self::MAX_MESSAGE_LEN;
+            while !kept.is_char_boundary(end) {
+                end -= 1;
+            }
+            kept.truncate(end);
+        }
+        Some(Self {
+            code,
+            message: kept,
+        })
+    }
+
     /// Reads a failure as stored: the numeric code and the message.
     pub fn from_stored(code: i32, message: &str) -> Result<Self, InvalidInput> {
         if !(1..=16).contains(&code) {

@@ -167,12 +167,12 @@ where
         match claim {
             Err(error) => {
                 tracing::debug!(method = %method, %error, "claim refused");
-                self.end(transaction, false).await?;
+                self.roll_back(transaction).await;
                 Err(error.into())
             }
             Ok(ClaimOutcome::InProgress { retry_after, .. }) => {
                 tracing::debug!(method = %method, ?retry_after, "operation in flight elsewhere");
-                self.end(transaction, false).await?;
+                self.roll_back(transaction).await;
                 Err(LedgerError::InFlight { retry_after }.into())
             }
             Ok(ClaimOutcome::Completed(record)) => {
@@ -186,7 +186,7 @@ where
                     Some((_, Completion::Failed(failure))) => Err(replayed_failure(&failure)),
                     None => Err(Status::internal("a completed operation has no outcome")),
                 };
-                self.end(transaction, false).await?;
+                self.roll_back(transaction).await;
                 answer
             }
             Ok(ClaimOutcome::Claimed { version, took_over }) => {
@@ -199,17 +199,22 @@ where
                         Ok(Response::new(response))
                     }
                     Err(HandlerError::Terminal(status)) => {
-                        let failure = RecordedFailure::new(status.code(), status.message())
-                            .map_err(|_| {
-                                Status::internal("a terminal failure needs a non-OK status")
-                            })?;
+                        // A message too long or with NUL is recorded in a form the store keeps;
+                        // this caller still gets the handler's status as it was.
+                        let Some(failure) = RecordedFailure::lossy(status.code(), status.message())
+                        else {
+                            self.roll_back(transaction).await;
+                            return Err(Status::internal(
+                                "a terminal failure needs a non-OK status",
+                            ));
+                        };
                         let completion = Completion::Failed(failure);
                         self.complete(transaction, &identity, version, &completion)
                             .await?;
                         Err(status)
                     }
                     Err(HandlerError::Transient(status)) => {
-                        self.end(transaction, false).await?;
+                        self.roll_back(transaction).await;
                         Err(status)
                     }
                 }
@@ -236,25 +241,34 @@ where
             }
         };
         match marked {
-            Ok(_) => self.end(transaction, true).await,
+            Ok(_) => self.commit(transaction).await,
             Err(error) => {
-                self.end(transaction, false).await?;
+                self.roll_back(transaction).await;
                 Err(error.into())
             }
         }
     }
 
-    /// Commits or rolls back the unit of work the guard began.
-    async fn end(&self, transaction: Arc<U::Transaction>, commit: bool) -> Result<(), Status> {
+    /// Commits the unit of work the guard began; a failed commit is the answer (the outcome did
+    /// not take effect, or is unknown and a keyed retry will find out).
+    async fn commit(&self, transaction: Arc<U::Transaction>) -> Result<(), Status> {
         let transaction = Arc::try_unwrap(transaction).map_err(|_| {
             Status::internal("a handler kept the unit of work's transaction past its call")
         })?;
-        let ended = if commit {
-            self.units.commit(transaction).await
-        } else {
-            self.units.rollback(transaction).await
+        self.units.commit(transaction).await.map_err(Status::from)
+    }
+
+    /// Rolls back the unit of work the guard began. A rollback that fails changes nothing the
+    /// caller is told (the store discards an unfinished transaction whose connection ends), so it
+    /// is logged and the real answer kept.
+    async fn roll_back(&self, transaction: Arc<U::Transaction>) {
+        let Ok(transaction) = Arc::try_unwrap(transaction) else {
+            tracing::error!("a handler kept the unit of work's transaction past its call");
+            return;
         };
-        ended.map_err(Status::from)
+        if let Err(error) = self.units.rollback(transaction).await {
+            tracing::warn!(%error, "rolling back a unit of work failed; the answer stands");
+        }
     }
 }
 

@@ -296,6 +296,7 @@ struct MockUnits {
     make: Box<dyn Fn() -> MockGrpcOperationLedger + Send + Sync>,
     commits: AtomicU32,
     rollbacks: AtomicU32,
+    rollback_fails: bool,
 }
 
 #[async_trait]
@@ -313,6 +314,9 @@ impl LedgerUnitsOfWork for MockUnits {
     }
     async fn rollback(&self, _: ()) -> Result<(), LedgerError> {
         self.rollbacks.fetch_add(1, Ordering::SeqCst);
+        if self.rollback_fails {
+            return Err(LedgerError::unavailable(UnavailableKind::ConnectionLost));
+        }
         Ok(())
     }
     fn durability(&self) -> LedgerDurability {
@@ -330,10 +334,18 @@ fn claimed() -> ClaimOutcome {
 async fn run_mocked(
     make: impl Fn() -> MockGrpcOperationLedger + Send + Sync + 'static,
 ) -> (Result<tonic::Response<String>, Status>, u32, u32, u32) {
+    run_mocked_with(make, false).await
+}
+
+async fn run_mocked_with(
+    make: impl Fn() -> MockGrpcOperationLedger + Send + Sync + 'static,
+    rollback_fails: bool,
+) -> (Result<tonic::Response<String>, Status>, u32, u32, u32) {
     let units = MockUnits {
         make: Box::new(make),
         commits: AtomicU32::new(0),
         rollbacks: AtomicU32::new(0),
+        rollback_fails,
     };
     let guard = KeyedMutationGuard::new(units, guard_config());
     let runs = Arc::new(AtomicU32::new(0));
@@ -436,4 +448,66 @@ async fn an_operation_in_flight_is_aborted_with_a_retry_delay() {
         Some(Duration::from_millis(1500))
     );
     assert_eq!((runs, rollbacks), (0, 1));
+}
+
+/// A rollback that fails (the connection is gone) must not replace the answer the caller is owed.
+#[tokio::test]
+async fn a_failing_rollback_keeps_the_real_answer() {
+    let (answer, runs, commits, rollbacks) = run_mocked_with(
+        || {
+            let mut ledger = MockGrpcOperationLedger::new();
+            ledger
+                .expect_claim()
+                .returning(|_, _, _| Err(LedgerError::KeyReusedWithDifferentRequest));
+            ledger
+        },
+        true,
+    )
+    .await;
+    let status = answer.unwrap_err();
+    assert_eq!(status.code(), Code::FailedPrecondition);
+    assert_eq!(
+        status.get_details_error_info().unwrap().reason,
+        "IDEMPOTENCY_KEY_REUSED"
+    );
+    assert_eq!((runs, commits, rollbacks), (0, 0, 1));
+}
+
+/// A terminal refusal whose message the store cannot hold as it is (over 1024 bytes, with NUL) is
+/// still recorded, so a retry replays it instead of running the handler again; the first caller
+/// gets the handler's status unchanged.
+#[tokio::test]
+async fn an_oversized_terminal_failure_is_recorded_and_replayed() {
+    let store = InMemoryStore::new(Duration::from_millis(200));
+    let guard = guard(&store);
+    let runs = AtomicU32::new(0);
+    let message = format!("declined\0{}", "\u{e9}".repeat(700)); // 1409 bytes
+    let refusal = || HandlerError::Terminal(Status::failed_precondition(message.clone()));
+    let first = pay(
+        &guard,
+        request(5, Some("k-long"), Some("tenant-a")),
+        &runs,
+        Err(refusal()),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(first.code(), Code::FailedPrecondition);
+    assert_eq!(first.message(), message);
+    let replay = pay(
+        &guard,
+        request(5, Some("k-long"), Some("tenant-a")),
+        &runs,
+        Err(refusal()),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "the handler ran once");
+    assert_eq!(replay.code(), Code::FailedPrecondition);
+    assert_eq!(
+        replay.metadata().get(REPLAYED_METADATA_KEY).unwrap(),
+        "true"
+    );
+    assert!(replay.message().len() <= 1024);
+    assert!(replay.message().starts_with("declined\u{fffd}\u{e9}"));
+    assert!(!replay.message().contains('\0'));
 }
