@@ -15,13 +15,12 @@ use grpc_core_api::{
     IdempotencyKey, KeyHasher, LeaseDuration, OutcomeReference, RequestFingerprint, Version,
 };
 use grpc_operation_ledger_seaorm::{
-    LedgerConfig, LedgerMigrator, SeaOrmOperationLedger, connect_postgres, open_sqlite, statements,
+    LedgerConfig, SeaOrmOperationLedger, connect_postgres, open_sqlite, statements,
 };
 use sea_orm::sqlx::{self, postgres::PgPoolOptions};
 use sea_orm::{
     ConnectionTrait, Database, DatabaseConnection, DbBackend, Statement, TransactionTrait,
 };
-use sea_orm_migration::MigratorTrait;
 
 /// How long and how wide to measure.
 #[derive(Debug, Clone)]
@@ -436,7 +435,7 @@ pub async fn run_all(url: &str, plan: &Plan) -> Result<Vec<Figure>> {
         ..LedgerConfig::default()
     };
     let db = connect_postgres(&url, &config).await?;
-    LedgerMigrator::up(&db, None).await?;
+    grpc_operation_ledger_seaorm::migrate(&db).await?;
     db.execute_unprepared("CREATE TABLE bench_business (business_key VARCHAR(128) PRIMARY KEY, amount BIGINT NOT NULL)")
         .await?;
     let pool = PgPoolOptions::new()

@@ -157,10 +157,7 @@ pub async fn open_store(
     sea_orm::DatabaseConnection,
     grpc_operation_ledger_seaorm::LedgerConfig,
 )> {
-    use grpc_operation_ledger_seaorm::{
-        LedgerConfig, LedgerMigrator, connect_postgres, open_sqlite,
-    };
-    use sea_orm_migration::MigratorTrait;
+    use grpc_operation_ledger_seaorm::{LedgerConfig, connect_postgres, open_sqlite};
 
     let config = LedgerConfig {
         max_connections: 32,
@@ -170,7 +167,7 @@ pub async fn open_store(
         Store::Sqlite(path) => open_sqlite(path, &config).await?,
         Store::Postgres(url) => {
             let db = connect_postgres(url, &config).await?;
-            LedgerMigrator::up(&db, None).await?;
+            grpc_operation_ledger_seaorm::migrate(&db).await?;
             db
         }
     };

@@ -6,9 +6,6 @@ use std::time::Duration;
 use sea_orm::sqlx::postgres::PgConnectOptions;
 use sea_orm::sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqliteSynchronous};
 use sea_orm::{ConnectOptions, Database, DatabaseConnection, DbErr};
-use sea_orm_migration::MigratorTrait;
-
-use crate::LedgerMigrator;
 
 /// Connection settings that the ledger's behaviour depends on.
 #[derive(Debug, Clone)]
@@ -50,7 +47,7 @@ pub async fn open_sqlite(path: &Path, config: &LedgerConfig) -> Result<DatabaseC
             .foreign_keys(true)
     });
     let db = Database::connect(options).await?;
-    LedgerMigrator::up(&db, None).await?;
+    crate::migrate(&db).await?;
     Ok(db)
 }
 

@@ -63,6 +63,6 @@ mod units;
 
 pub use connect::{LedgerConfig, connect_postgres, open_sqlite};
 pub use ledger::{LedgerConnection, SeaOrmOperationLedger};
-pub use migration::{LEDGER_TABLE, LedgerMigrator, MIGRATIONS_TABLE, ledger_migrations};
+pub use migration::{LEDGER_TABLE, LedgerMigrator, MIGRATIONS_TABLE, ledger_migrations, migrate};
 pub use sql::statements;
 pub use units::SeaOrmUnitsOfWork;

@@ -39,8 +39,73 @@ impl MigratorTrait for LedgerMigrator {
 
 /// The ledger's migrations, for a deployment that composes them into its own migrator.
 pub fn ledger_migrations() -> Vec<Box<dyn MigrationTrait>> {
-    vec![Box::new(CreateOperationLedger)]
+    vec![
+        Box::new(CreateOperationLedger),
+        Box::new(RefuseUnreplayableOutcomes),
+    ]
 }
+
+/// Applies the ledger's migrations so that any number of processes may do it at once: the
+/// migrator runs inside one transaction that first takes a lock every migrating process takes
+/// (`pg_advisory_xact_lock` on PostgreSQL; the write lock of `BEGIN IMMEDIATE` on SQLite), so the
+/// second process waits, then finds the migrations applied. Both stores' DDL is transactional, so a
+/// process that dies half-way leaves nothing half-applied.
+///
+/// On SQLite a start that finds the file busy past its busy timeout (several processes opening a
+/// new file at once, each setting WAL mode and migrating) tries again for up to
+/// 30 s: migrating is rare and worth waiting for, unlike a claim.
+pub async fn migrate(db: &sea_orm::DatabaseConnection) -> Result<(), DbErr> {
+    let started = std::time::Instant::now();
+    loop {
+        match migrate_once(db).await {
+            Err(error) if sqlite_busy(&error) && started.elapsed() < MIGRATION_PATIENCE => {
+                tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+            }
+            done => return done,
+        }
+    }
+}
+
+/// How long a SQLite start keeps trying while other processes hold the file.
+const MIGRATION_PATIENCE: std::time::Duration = std::time::Duration::from_secs(30);
+
+fn sqlite_busy(error: &DbErr) -> bool {
+    use sea_orm::{RuntimeErr, sqlx};
+    let (DbErr::Conn(RuntimeErr::SqlxError(e))
+    | DbErr::Exec(RuntimeErr::SqlxError(e))
+    | DbErr::Query(RuntimeErr::SqlxError(e))) = error
+    else {
+        return false;
+    };
+    let sqlx::Error::Database(db) = e.as_ref() else {
+        return false;
+    };
+    db.try_downcast_ref::<sqlx::sqlite::SqliteError>().is_some()
+        && db
+            .code()
+            .and_then(|code| code.parse::<u32>().ok())
+            .is_some_and(|code| matches!(code & 0xff, 5 | 6))
+}
+
+async fn migrate_once(db: &sea_orm::DatabaseConnection) -> Result<(), DbErr> {
+    use sea_orm::{SqliteTransactionMode, TransactionOptions, TransactionTrait};
+    let options = TransactionOptions {
+        sqlite_transaction_mode: Some(SqliteTransactionMode::Immediate),
+        ..TransactionOptions::default()
+    };
+    let txn = db.begin_with_options(options).await?;
+    if txn.get_database_backend() == DbBackend::Postgres {
+        txn.execute_unprepared(&format!(
+            "SELECT pg_advisory_xact_lock({MIGRATION_LOCK_KEY})"
+        ))
+        .await?;
+    }
+    LedgerMigrator::up(&txn, None).await?;
+    txn.commit().await
+}
+
+/// The advisory lock key the ledger's migrations serialise on (the bytes of "grpcledg").
+const MIGRATION_LOCK_KEY: i64 = 0x6772_7063_6c65_6467;
 
 struct CreateOperationLedger;
 
@@ -118,6 +183,89 @@ impl MigrationTrait for CreateOperationLedger {
             .get_connection()
             .execute_unprepared(&format!("DROP TABLE IF EXISTS {LEDGER_TABLE}"))
             .await?;
+        Ok(())
+    }
+}
+
+/// Refuses, in the store itself, the rows whose replay would fail: a committed row with an empty
+/// outcome reference, and an outcome reference or failure message longer than the 1024 bytes a
+/// record may carry (PostgreSQL's `VARCHAR(1024)` counts characters, SQLite none at all).
+/// PostgreSQL adds CHECK constraints; SQLite cannot add a constraint to a table, so the same
+/// rules are triggers that abort the statement with a constraint error.
+struct RefuseUnreplayableOutcomes;
+
+impl MigrationName for RefuseUnreplayableOutcomes {
+    fn name(&self) -> &str {
+        "m20261203_000002_refuse_unreplayable_outcomes"
+    }
+}
+
+const POSTGRES_OUTCOME_CHECKS: &str = "ALTER TABLE grpc_operation_ledger
+    ADD CONSTRAINT ck_grpc_operation_ledger_outcome_replayable
+        CHECK (outcome_reference IS NULL
+               OR (outcome_reference <> '' AND octet_length(outcome_reference) <= 1024)),
+    ADD CONSTRAINT ck_grpc_operation_ledger_failure_message_replayable
+        CHECK (failure_message IS NULL OR octet_length(failure_message) <= 1024)";
+
+/// The condition under which a SQLite row is refused, for `NEW` of an insert or an update.
+const SQLITE_UNREPLAYABLE: &str = "NEW.outcome_reference = ''
+    OR length(CAST(NEW.outcome_reference AS BLOB)) > 1024
+    OR instr(NEW.outcome_reference, char(0)) > 0
+    OR length(CAST(NEW.failure_message AS BLOB)) > 1024
+    OR instr(NEW.failure_message, char(0)) > 0";
+
+#[allow(elided_lifetimes_in_paths)]
+#[async_trait::async_trait]
+impl MigrationTrait for RefuseUnreplayableOutcomes {
+    async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        let db = manager.get_connection();
+        match manager.get_database_backend() {
+            DbBackend::Postgres => {
+                db.execute_unprepared(POSTGRES_OUTCOME_CHECKS).await?;
+            }
+            DbBackend::Sqlite => {
+                for event in ["INSERT", "UPDATE"] {
+                    let name = format!(
+                        "ck_grpc_operation_ledger_replayable_on_{}",
+                        event.to_lowercase()
+                    );
+                    db.execute_unprepared(&format!(
+                        "CREATE TRIGGER IF NOT EXISTS {name} BEFORE {event} ON {LEDGER_TABLE} \
+                         WHEN {SQLITE_UNREPLAYABLE} \
+                         BEGIN SELECT RAISE(ABORT, 'CHECK constraint failed: {name}'); END"
+                    ))
+                    .await?;
+                }
+            }
+            other => {
+                return Err(DbErr::Migration(format!(
+                    "the operation ledger supports PostgreSQL and SQLite, not {other:?}"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        let db = manager.get_connection();
+        match manager.get_database_backend() {
+            DbBackend::Postgres => {
+                db.execute_unprepared(
+                    "ALTER TABLE grpc_operation_ledger \
+                     DROP CONSTRAINT IF EXISTS ck_grpc_operation_ledger_outcome_replayable, \
+                     DROP CONSTRAINT IF EXISTS ck_grpc_operation_ledger_failure_message_replayable",
+                )
+                .await?;
+            }
+            _ => {
+                for event in ["insert", "update"] {
+                    db.execute_unprepared(&format!(
+                        "DROP TRIGGER IF EXISTS ck_grpc_operation_ledger_replayable_on_{event}"
+                    ))
+                    .await?;
+                }
+            }
+        }
         Ok(())
     }
 }

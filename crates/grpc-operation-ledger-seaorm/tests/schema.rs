@@ -4,7 +4,10 @@
 mod common;
 
 use common::{Store, fresh};
-use grpc_operation_ledger_seaorm::{LEDGER_TABLE, LedgerMigrator, MIGRATIONS_TABLE};
+use grpc_operation_ledger_seaorm::{
+    LEDGER_TABLE, LedgerMigrator, MIGRATIONS_TABLE, connect_postgres, ledger_migrations, migrate,
+    open_sqlite,
+};
 use sea_orm::{ConnectionTrait, DbBackend, Statement};
 use sea_orm_migration::MigratorTrait;
 
@@ -41,7 +44,7 @@ async fn migrations_apply_twice_harmlessly_and_revert(store: Store) {
             .await
             .unwrap()
             .len(),
-        1
+        ledger_migrations().len()
     );
     LedgerMigrator::down(&t.db, None).await.expect("down");
     assert!(!table_exists(&t.db, LEDGER_TABLE).await);
@@ -113,6 +116,21 @@ async fn check_constraints_refuse_bad_rows_written_by_raw_sql(store: Store) {
             insert("17", "IN_PROGRESS", 0, "NULL", "NULL", "NULL"),
         ),
         (
+            "committed with an empty outcome",
+            insert("18", "COMMITTED", 2, "3", "''", "NULL"),
+        ),
+        (
+            "outcome longer than 1024 bytes",
+            insert(
+                "19",
+                "COMMITTED",
+                2,
+                "3",
+                &format!("'{}'", "\u{e9}".repeat(600)),
+                "NULL",
+            ),
+        ),
+        (
             "duplicate identity",
             insert("01", "IN_PROGRESS", 1, "NULL", "NULL", "NULL"),
         ),
@@ -132,7 +150,89 @@ async fn check_constraints_refuse_bad_rows_written_by_raw_sql(store: Store) {
     assert_eq!(count.try_get::<i64>("", "n").unwrap(), 3);
 }
 
+/// A database created by the first migration, with a row in it, is upgraded in place: the row
+/// stays and the new rules hold from then on.
+async fn a_database_from_the_first_migration_upgrades_in_place(store: Store) {
+    let t = fresh(store).await;
+    LedgerMigrator::down(&t.db, None).await.expect("down");
+    LedgerMigrator::up(&t.db, Some(1))
+        .await
+        .expect("first migration only");
+    let empty_outcome = insert("20", "COMMITTED", 2, "3", "''", "NULL");
+    t.db.execute_unprepared(&insert("21", "COMMITTED", 2, "3", "'payment-1'", "NULL"))
+        .await
+        .expect("a good row under the first migration");
+    migrate(&t.db).await.expect("upgrade");
+    assert_eq!(
+        LedgerMigrator::get_applied_migrations(&t.db)
+            .await
+            .unwrap()
+            .len(),
+        ledger_migrations().len()
+    );
+    assert!(
+        t.db.execute_unprepared(&empty_outcome).await.is_err(),
+        "an empty outcome is refused after the upgrade"
+    );
+    let row =
+        t.db.query_one_raw(Statement::from_string(
+            t.db.get_database_backend(),
+            "SELECT outcome_reference FROM grpc_operation_ledger",
+        ))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        row.try_get::<String>("", "outcome_reference").unwrap(),
+        "payment-1"
+    );
+}
+
+/// Sixteen processes starting together on a new database each migrate it; every one succeeds and
+/// the migrations are recorded once.
+async fn sixteen_concurrent_starts_migrate_once(store: Store) {
+    let t = fresh(store).await;
+    LedgerMigrator::down(&t.db, None)
+        .await
+        .expect("start empty");
+    let starts: Vec<_> = (0..16)
+        .map(|_| {
+            let url = t.url.clone();
+            tokio::spawn(async move {
+                match store {
+                    Store::Sqlite => {
+                        let path = url.trim_start_matches("sqlite://").to_owned();
+                        open_sqlite(path.as_ref(), &common::config())
+                            .await
+                            .map(|_| ())
+                    }
+                    Store::Postgres => {
+                        let db = connect_postgres(&url, &common::config()).await?;
+                        migrate(&db).await
+                    }
+                }
+            })
+        })
+        .collect();
+    for start in starts {
+        start
+            .await
+            .expect("task")
+            .expect("every concurrent start migrates");
+    }
+    assert_eq!(
+        LedgerMigrator::get_applied_migrations(&t.db)
+            .await
+            .unwrap()
+            .len(),
+        ledger_migrations().len()
+    );
+    assert!(table_exists(&t.db, LEDGER_TABLE).await);
+}
+
 on_both_stores!(
     migrations_apply_twice_harmlessly_and_revert,
     check_constraints_refuse_bad_rows_written_by_raw_sql,
+    a_database_from_the_first_migration_upgrades_in_place,
+    sixteen_concurrent_starts_migrate_once,
 );

@@ -12,9 +12,8 @@ use std::time::Duration;
 use grpc_core_api::{
     CallerFingerprint, GrpcMethod, GrpcOperationIdentity, IdempotencyKey, KeyHasher, LeaseDuration,
 };
-use grpc_operation_ledger_seaorm::{LedgerConfig, LedgerMigrator, connect_postgres, open_sqlite};
+use grpc_operation_ledger_seaorm::{LedgerConfig, connect_postgres, migrate, open_sqlite};
 use sea_orm::{ConnectionTrait, Database, DatabaseConnection};
-use sea_orm_migration::MigratorTrait;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Store {
@@ -116,9 +115,7 @@ pub async fn fresh(store: Store) -> TestDb {
             let db = connect_postgres(&url, &config())
                 .await
                 .expect("connect PostgreSQL");
-            LedgerMigrator::up(&db, None)
-                .await
-                .expect("apply the ledger migrations");
+            migrate(&db).await.expect("apply the ledger migrations");
             TestDb {
                 db,
                 store,
