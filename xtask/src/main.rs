@@ -89,6 +89,7 @@ fn test() -> Result<()> {
         &interrupted,
     )
     .context("clippy")?;
+    python_protobuf().context("installing Python's protobuf for the cross-library tests")?;
     let database = postgres::for_tests()?;
     eprintln!("xtask: tests use PostgreSQL at {}", database.redacted_url());
     // Property tests draw from a fixed seed, so a case that fails in CI fails the same way on a
@@ -112,6 +113,39 @@ fn test() -> Result<()> {
     chaos::chaos(true, &interrupted).context("chaos --quick")?;
     let (passed, failed) = count_tests(&output);
     println!("tests: {passed} passed, {failed} failed");
+    Ok(())
+}
+
+/// Makes sure Python's `protobuf` package is importable: a test fingerprints requests that a
+/// Python client serialised. Installs it from PyPI with pip when missing.
+fn python_protobuf() -> Result<()> {
+    let importable = || {
+        std::process::Command::new("python3")
+            .args(["-c", "import google.protobuf"])
+            .output()
+            .is_ok_and(|output| output.status.success())
+    };
+    if importable() {
+        return Ok(());
+    }
+    eprintln!(
+        "xtask: installing Python's `protobuf` package with pip (a test checks that requests \
+         serialised by Python clients get the same fingerprint as Rust ones)"
+    );
+    let status = std::process::Command::new("python3")
+        .args([
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            "protobuf",
+        ])
+        .status()
+        .context("running python3 -m pip (is python3 installed?)")?;
+    if !status.success() || !importable() {
+        bail!("`python3 -m pip install protobuf` did not make `google.protobuf` importable");
+    }
     Ok(())
 }
 

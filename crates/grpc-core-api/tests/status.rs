@@ -68,7 +68,7 @@ fn ledger_errors_map_to_the_contract_statuses() {
         Aborted IDEMPOTENCY_IN_FLIGHT retry=1.5s: operation is in flight; retry after 1.5s
         FailedPrecondition IDEMPOTENCY_NOT_CLAIMED: operation was not claimed
         Aborted IDEMPOTENCY_ALREADY_COMPLETED: operation already completed as COMMITTED
-        Aborted IDEMPOTENCY_OWNERSHIP_LOST: ownership was lost: expected version 1, found 2
+        Aborted IDEMPOTENCY_OWNERSHIP_LOST: ownership was lost: expected version 1850422067200000001, found 1850422067200000002
         Unavailable LEDGER_UNAVAILABLE: ledger unavailable: connection to the ledger store was lost
         Unavailable LEDGER_UNAVAILABLE: ledger unavailable: no ledger store connection became free in time
         Internal LEDGER_INTERNAL: ledger internal error: stored state is not one of the known states
