@@ -27,7 +27,7 @@ use std::collections::HashMap;
 
 use prost::Message;
 use prost_reflect::{
-    DescriptorPool, DynamicMessage, Kind, MapKey, MessageDescriptor, ReflectMessage, Value,
+    DescriptorPool, DynamicMessage, Kind, MessageDescriptor, ReflectMessage, Value,
 };
 use sha2::{Digest, Sha256};
 
@@ -194,14 +194,23 @@ impl RequestSchema {
                 }
             }
             Value::Map(entries) => {
-                let value_kind = match kind {
-                    Kind::Message(entry) => entry.map_entry_value_field().kind(),
-                    // A map field's kind is always its entry message.
-                    other => other.clone(),
+                // A map field's kind is always its entry message.
+                let (key_kind, value_kind) = match kind {
+                    Kind::Message(entry) => (
+                        entry.map_entry_key_field().kind(),
+                        entry.map_entry_value_field().kind(),
+                    ),
+                    other => (other.clone(), other.clone()),
                 };
+                // A key is written as the value it is (fixed-width number, length-prefixed
+                // string), and entries are ordered by those bytes.
                 let mut sorted: Vec<(Vec<u8>, &Value)> = entries
                     .iter()
-                    .map(|(key, value)| (map_key_form(key), value))
+                    .map(|(key, value)| {
+                        let mut form = Vec::new();
+                        self.write_value(&mut form, &key_kind, &Value::from(key.clone()));
+                        (form, value)
+                    })
                     .collect();
                 sorted.sort_by(|a, b| a.0.cmp(&b.0));
                 write_varint(out, sorted.len() as u64);
@@ -242,20 +251,6 @@ impl RequestSchema {
         let decoded = DynamicMessage::decode(descriptor, value.as_ref()).ok()?;
         Some((type_name.to_owned(), decoded))
     }
-}
-
-/// A map key's canonical form: fixed-width numbers, length-prefixed strings.
-fn map_key_form(key: &MapKey) -> Vec<u8> {
-    let mut out = Vec::new();
-    match key {
-        MapKey::Bool(v) => out.push(u8::from(*v)),
-        MapKey::I32(v) => out.extend_from_slice(&i64::from(*v).to_le_bytes()),
-        MapKey::I64(v) => out.extend_from_slice(&v.to_le_bytes()),
-        MapKey::U32(v) => out.extend_from_slice(&u64::from(*v).to_le_bytes()),
-        MapKey::U64(v) => out.extend_from_slice(&v.to_le_bytes()),
-        MapKey::String(v) => write_bytes(&mut out, v.as_bytes()),
-    }
-    out
 }
 
 fn write_bytes(out: &mut Vec<u8>, bytes: &[u8]) {

@@ -143,6 +143,17 @@ mod tests {
         wait: Duration::from_millis(250),
     };
 
+    /// `Some(kind)`: the code is that transient state; `None`: it is INTERNAL.
+    fn assert_maps_to(got: LedgerError, expected: Option<UnavailableKind>, what: &str, code: &str) {
+        match expected {
+            Some(kind) => assert_eq!(got, LedgerError::unavailable(kind), "{what} {code}"),
+            None => assert!(
+                matches!(got, LedgerError::Internal { .. }),
+                "{what} {code}: {got:?}"
+            ),
+        }
+    }
+
     /// What each code means, row by row: `None` is INTERNAL (a bug), `Some(kind)` a transient
     /// state, and the lock wait during a claim is `InFlight`.
     #[test]
@@ -178,14 +189,12 @@ mod tests {
             ("XX000", None),                       // internal_error
         ];
         for (code, expected) in table {
-            let got = map_sqlstate(code, Phase::Other);
-            match expected {
-                Some(kind) => assert_eq!(got, LedgerError::unavailable(*kind), "SQLSTATE {code}"),
-                None => assert!(
-                    matches!(got, LedgerError::Internal { .. }),
-                    "SQLSTATE {code}: {got:?}"
-                ),
-            }
+            assert_maps_to(
+                map_sqlstate(code, Phase::Other),
+                *expected,
+                "SQLSTATE",
+                code,
+            );
         }
         assert_eq!(
             map_sqlstate("55P03", CLAIM),
@@ -217,16 +226,7 @@ mod tests {
         ];
         for (code, expected) in table {
             for phase in [Phase::Other, CLAIM] {
-                let got = map_sqlite_code(code, phase);
-                match expected {
-                    Some(kind) => {
-                        assert_eq!(got, LedgerError::unavailable(*kind), "SQLite code {code}")
-                    }
-                    None => assert!(
-                        matches!(got, LedgerError::Internal { .. }),
-                        "SQLite code {code}: {got:?}"
-                    ),
-                }
+                assert_maps_to(map_sqlite_code(code, phase), *expected, "SQLite code", code);
             }
         }
     }

@@ -39,17 +39,18 @@ async fn migrations_apply_twice_harmlessly_and_revert(store: Store) {
     LedgerMigrator::up(&t.db, None)
         .await
         .expect("second up is harmless");
-    assert_eq!(
-        LedgerMigrator::get_applied_migrations(&t.db)
-            .await
-            .unwrap()
-            .len(),
-        ledger_migrations().len()
-    );
+    assert_eq!(applied_migrations(&t.db).await, ledger_migrations().len());
     LedgerMigrator::down(&t.db, None).await.expect("down");
     assert!(!table_exists(&t.db, LEDGER_TABLE).await);
     LedgerMigrator::up(&t.db, None).await.expect("up again");
     assert!(table_exists(&t.db, LEDGER_TABLE).await);
+}
+
+async fn applied_migrations(db: &sea_orm::DatabaseConnection) -> usize {
+    LedgerMigrator::get_applied_migrations(db)
+        .await
+        .expect("the migrations table is readable")
+        .len()
 }
 
 const H: &str = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
@@ -163,13 +164,7 @@ async fn a_database_from_the_first_migration_upgrades_in_place(store: Store) {
         .await
         .expect("a good row under the first migration");
     migrate(&t.db).await.expect("upgrade");
-    assert_eq!(
-        LedgerMigrator::get_applied_migrations(&t.db)
-            .await
-            .unwrap()
-            .len(),
-        ledger_migrations().len()
-    );
+    assert_eq!(applied_migrations(&t.db).await, ledger_migrations().len());
     assert!(
         t.db.execute_unprepared(&empty_outcome).await.is_err(),
         "an empty outcome is refused after the upgrade"
@@ -220,13 +215,7 @@ async fn sixteen_concurrent_starts_migrate_once(store: Store) {
             .expect("task")
             .expect("every concurrent start migrates");
     }
-    assert_eq!(
-        LedgerMigrator::get_applied_migrations(&t.db)
-            .await
-            .unwrap()
-            .len(),
-        ledger_migrations().len()
-    );
+    assert_eq!(applied_migrations(&t.db).await, ledger_migrations().len());
     assert!(table_exists(&t.db, LEDGER_TABLE).await);
 }
 
