@@ -71,6 +71,12 @@ pub enum InvalidInput {
     /// The failure message is longer than 1024 bytes or holds NUL.
     #[error("failure message is longer than 1024 bytes or contains NUL")]
     FailureMessageMalformed,
+    /// The failure's binary details are longer than 8 KiB.
+    #[error("failure details are {len} bytes long; at most 8192 are allowed")]
+    FailureDetailsTooLong {
+        /// Their length in bytes.
+        len: usize,
+    },
     /// A lease must be between 1 ms and one day.
     #[error("lease must be between 1 ms and 24 h")]
     LeaseOutOfRange,

@@ -182,17 +182,22 @@ impl OutcomeReference {
     }
 }
 
-/// A terminal failure recorded for replay: a gRPC status code other than OK and a message of at
-/// most 1024 bytes without NUL. The message is shown to callers on replay, so it must hold no
-/// key material.
+/// A terminal failure recorded for replay: a gRPC status code other than OK, a message of at
+/// most 1024 bytes without NUL, and the status's binary details (`grpc-status-details-bin`, an
+/// encoded `google.rpc.Status`) of at most 8 KiB, possibly empty. A replay returns all three, so a
+/// duplicate sees what the first caller saw. The message and details are shown to callers on
+/// replay, so they must hold no key material.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RecordedFailure {
     code: tonic::Code,
     message: String,
+    details: Vec<u8>,
 }
 
 impl RecordedFailure {
     const MAX_MESSAGE_LEN: usize = 1024;
+    /// The most detail bytes a failure keeps.
+    pub const MAX_DETAILS_LEN: usize = 8 * 1024;
 
     /// Checks and builds a recorded failure.
     pub fn new(code: tonic::Code, message: &str) -> Result<Self, InvalidInput> {
@@ -205,7 +210,18 @@ impl RecordedFailure {
         Ok(Self {
             code,
             message: message.to_owned(),
+            details: Vec::new(),
         })
+    }
+
+    /// The same failure with the status's binary details; details over
+    /// [`MAX_DETAILS_LEN`](Self::MAX_DETAILS_LEN) bytes are refused.
+    pub fn with_details(mut self, details: &[u8]) -> Result<Self, InvalidInput> {
+        if details.len() > Self::MAX_DETAILS_LEN {
+            return Err(InvalidInput::FailureDetailsTooLong { len: details.len() });
+        }
+        self.details = details.to_vec();
+        Ok(self)
     }
 
     /// A failure that can always be recorded: the message with NUL replaced by U+FFFD and cut at
@@ -227,7 +243,31 @@ impl RecordedFailure {
         Some(Self {
             code,
             message: kept,
+            details: Vec::new(),
         })
+    }
+
+    /// The failure a tonic status stands for, in the form the store keeps
+    /// ([`lossy`](Self::lossy) message; details kept when they fit, dropped otherwise); `None`
+    /// for OK.
+    pub fn from_status(status: &tonic::Status) -> Option<Self> {
+        let failure = Self::lossy(status.code(), status.message())?;
+        Some(
+            failure
+                .clone()
+                .with_details(status.details())
+                .unwrap_or(failure),
+        )
+    }
+
+    /// The status a replay returns: code, message and details as recorded, with `metadata`.
+    pub fn to_status(&self, metadata: tonic::metadata::MetadataMap) -> tonic::Status {
+        tonic::Status::with_details_and_metadata(
+            self.code,
+            self.message.clone(),
+            self.details.clone().into(),
+            metadata,
+        )
     }
 
     /// Reads a failure as stored: the numeric code and the message.
@@ -246,6 +286,11 @@ impl RecordedFailure {
     /// The message.
     pub fn message(&self) -> &str {
         &self.message
+    }
+
+    /// The status's binary details; empty when it had none.
+    pub fn details(&self) -> &[u8] {
+        &self.details
     }
 }
 

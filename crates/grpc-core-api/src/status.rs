@@ -98,6 +98,7 @@ fn reason_for_invalid(invalid: &InvalidInput) -> ErrorReason {
         | OutcomeReferenceMalformed
         | FailureCodeIsOk
         | FailureMessageMalformed
+        | FailureDetailsTooLong { .. }
         | LeaseOutOfRange
         | StateUnknown
         | VersionOutOfRange => ErrorReason::ArgumentInvalid,

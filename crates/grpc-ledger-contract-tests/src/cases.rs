@@ -11,7 +11,9 @@ use grpc_core_api::{
     RecordedFailure, RequestFingerprint, UnavailableKind, Version,
 };
 
-use crate::{LedgerFixture, LedgerStore, UnitOfWork};
+use std::io::Write;
+
+use crate::{Capabilities, LedgerFixture, LedgerStore, RawRow, UnitOfWork};
 
 const CREATE: &str = "/payments.v1.Payments/CreatePayment";
 
@@ -120,8 +122,16 @@ pub async fn claim_after_failure_replays_the_failure<F: LedgerFixture>(fixture: 
     let ledger = store.autocommit();
     let id = identity("tenant-a", CREATE, "failed");
     let version = claim_new(&*ledger, &id, LONG).await;
+    // Binary details as a status carries them (an encoded google.rpc.Status), every byte value.
+    let details: Vec<u8> = (0..=255)
+        .cycle()
+        .take(RecordedFailure::MAX_DETAILS_LEN)
+        .collect();
+    let recorded = failure("insufficient funds")
+        .with_details(&details)
+        .expect("details within the bound");
     ledger
-        .mark_failed(&id, version, &failure("insufficient funds"))
+        .mark_failed(&id, version, &recorded)
         .await
         .expect("fail");
     let again = ledger
@@ -132,7 +142,11 @@ pub async fn claim_after_failure_replays_the_failure<F: LedgerFixture>(fixture: 
         panic!("a claim of a failed identity must replay, got {again:?}");
     };
     assert_eq!(record.state(), OperationState::FailedTerminal);
-    assert_eq!(record.failure(), Some(&failure("insufficient funds")));
+    assert_eq!(
+        record.failure(),
+        Some(&recorded),
+        "code, message and details replay as recorded"
+    );
 }
 
 /// The same key under another caller, or another method, is another operation.
@@ -610,7 +624,10 @@ pub async fn duplicate_behind_uncommitted_claim_is_in_flight<F: LedgerFixture>(f
 /// A unit's connection killed mid-way: nothing half-written, `Unavailable`, and a retry on a new
 /// connection succeeds. Runs only on stores with the `kill_connection` capability.
 pub async fn killed_connection_is_unavailable_and_retry_succeeds<F: LedgerFixture>(fixture: &F) {
-    if !fixture.capabilities().kill_connection {
+    if !applies(
+        "killed_connection_is_unavailable_and_retry_succeeds",
+        &fixture.capabilities(),
+    ) {
         return;
     }
     let store = fixture.fresh_store().await;
@@ -685,6 +702,103 @@ pub async fn purge_deletes_only_old_finished_rows<F: LedgerFixture>(fixture: &F)
     assert_eq!(store.ledger_rows().await, 2);
 }
 
+/// Rows written around the adapter (a support script, a backfill) that a replay could not use are
+/// refused by the store itself; a legal one is accepted, so the refusals are the rules at work.
+pub async fn store_refuses_rows_it_could_not_replay<F: LedgerFixture>(fixture: &F) {
+    let store = fixture.fresh_store().await;
+    let committed = |outcome| RawRow {
+        state: "COMMITTED",
+        completed: true,
+        outcome_reference: outcome,
+        failure_code: None,
+        failure_message: None,
+    };
+    let failed = |code, message| RawRow {
+        state: "FAILED_TERMINAL",
+        completed: true,
+        outcome_reference: None,
+        failure_code: code,
+        failure_message: message,
+    };
+    assert!(
+        store.write_raw_row(committed(Some("payment-1"))).await,
+        "a legal committed row must be accepted"
+    );
+    assert!(
+        store.write_raw_row(failed(Some(9), Some(""))).await,
+        "a failure with an empty message is legal"
+    );
+    let too_long = "\u{e9}".repeat(600); // 1200 bytes
+    let illegal = [
+        ("a committed row with an empty outcome", committed(Some(""))),
+        ("a committed row without an outcome", committed(None)),
+        ("an outcome over 1024 bytes", committed(Some(&too_long))),
+        ("a failure with code OK", failed(Some(0), Some("m"))),
+        ("a failure without a code", failed(None, Some("m"))),
+        (
+            "a failure message over 1024 bytes",
+            failed(Some(9), Some(&too_long)),
+        ),
+        (
+            "a finished row without a completion time",
+            RawRow {
+                completed: false,
+                ..committed(Some("p"))
+            },
+        ),
+        (
+            "an unknown state",
+            RawRow {
+                state: "DONE",
+                ..committed(Some("p"))
+            },
+        ),
+        (
+            "a state stored as an ordinal",
+            RawRow {
+                state: "1",
+                ..committed(Some("p"))
+            },
+        ),
+    ];
+    for (what, row) in illegal {
+        assert!(!store.write_raw_row(row).await, "the store accepted {what}");
+    }
+    assert_eq!(
+        store.ledger_rows().await,
+        2,
+        "only the legal rows are stored"
+    );
+}
+
+/// Sixteen processes start together on a store without the ledger's schema and each applies the
+/// migrations: every start succeeds, and the ledger then works. Runs on stores with the
+/// `migrations` capability.
+pub async fn concurrent_starts_migrate_once<F: LedgerFixture>(fixture: &F) {
+    if !applies("concurrent_starts_migrate_once", &fixture.capabilities()) {
+        return;
+    }
+    let store = Arc::new(fixture.fresh_unmigrated_store().await);
+    let starts: Vec<_> = (0..16)
+        .map(|_| {
+            let store = Arc::clone(&store);
+            tokio::spawn(async move { store.migrate().await })
+        })
+        .collect();
+    for start in starts {
+        start
+            .await
+            .expect("task")
+            .expect("every concurrent start migrates");
+    }
+    claim_and_commit(
+        &*store.autocommit(),
+        &identity("tenant-a", CREATE, "migrated"),
+        "p",
+    )
+    .await;
+}
+
 /// Bad input is refused by the checked constructors before any call, so nothing is written.
 pub async fn bad_input_never_writes_a_row<F: LedgerFixture>(fixture: &F) {
     let store = fixture.fresh_store().await;
@@ -735,29 +849,103 @@ pub async fn bad_input_never_writes_a_row<F: LedgerFixture>(fixture: &F) {
     );
 }
 
+/// How one case ended on one store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CaseOutcome {
+    /// Every rule the case checks held.
+    Passed,
+    /// A rule was broken: the case's panic message (or a timeout).
+    Failed(String),
+    /// The store cannot run the case (a capability it lacks), with why.
+    NotApplicable(&'static str),
+}
+
+/// How every case ended on one store, in the order they ran.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SuiteReport {
+    /// Each case's name and outcome.
+    pub cases: Vec<(&'static str, CaseOutcome)>,
+}
+
+impl SuiteReport {
+    /// The cases that failed, with their messages.
+    pub fn failures(&self) -> Vec<(&'static str, &str)> {
+        self.cases
+            .iter()
+            .filter_map(|(case, outcome)| match outcome {
+                CaseOutcome::Failed(why) => Some((*case, why.as_str())),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The cases the store could not run.
+    pub fn not_applicable(&self) -> Vec<&'static str> {
+        self.cases
+            .iter()
+            .filter(|(_, outcome)| matches!(outcome, CaseOutcome::NotApplicable(_)))
+            .map(|(case, _)| *case)
+            .collect()
+    }
+}
+
+/// Why `case` cannot run on a store with `capabilities`, or `None` when it can.
+pub fn not_applicable(case: &str, capabilities: &Capabilities) -> Option<&'static str> {
+    match case {
+        "killed_connection_is_unavailable_and_retry_succeeds" if !capabilities.kill_connection => {
+            Some("the store cannot kill a unit of work's connection from outside")
+        }
+        "concurrent_starts_migrate_once" if !capabilities.migrations => {
+            Some("the store has no schema to migrate")
+        }
+        _ => None,
+    }
+}
+
+/// Whether `case` applies; when it does not, says so on the test output, past the test
+/// harness's capture, so that a case that did not run is never mistaken for one that passed.
+fn applies(case: &str, capabilities: &Capabilities) -> bool {
+    let Some(why) = not_applicable(case, capabilities) else {
+        return true;
+    };
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(
+        out,
+        "contract case `{case}`: NOT APPLICABLE to this store: {why}"
+    );
+    false
+}
+
 macro_rules! suite {
     ($($case:ident),* $(,)?) => {
         /// The names of every case, in the order `run_all` runs them.
         pub const CASES: &[&str] = &[$(stringify!($case)),*];
 
-        /// Runs every case on its own task and returns the failures: the case's name and its
-        /// panic message (or a timeout). Empty means the store passed the contract.
-        pub async fn run_report<F: LedgerFixture + 'static>(fixture: Arc<F>) -> Vec<(&'static str, String)> {
-            let mut failures = Vec::new();
+        /// Runs every case that applies to the store on its own task and reports how each ended.
+        pub async fn run_report<F: LedgerFixture + 'static>(fixture: Arc<F>) -> SuiteReport {
+            let capabilities = fixture.capabilities();
+            let mut cases = Vec::new();
             $(
-                let f = Arc::clone(&fixture);
-                let task = tokio::spawn(async move { $case(&*f).await });
-                match tokio::time::timeout(CASE_TIMEOUT, task).await {
-                    Ok(Ok(())) => {}
-                    Ok(Err(error)) => failures.push((stringify!($case), panic_message(error))),
-                    Err(_) => failures.push((stringify!($case), "timed out".to_owned())),
-                }
+                let outcome = match not_applicable(stringify!($case), &capabilities) {
+                    Some(why) => CaseOutcome::NotApplicable(why),
+                    None => {
+                        let f = Arc::clone(&fixture);
+                        let task = tokio::spawn(async move { $case(&*f).await });
+                        match tokio::time::timeout(CASE_TIMEOUT, task).await {
+                            Ok(Ok(())) => CaseOutcome::Passed,
+                            Ok(Err(error)) => CaseOutcome::Failed(panic_message(error)),
+                            Err(_) => CaseOutcome::Failed("timed out".to_owned()),
+                        }
+                    }
+                };
+                cases.push((stringify!($case), outcome));
             )*
-            failures
+            SuiteReport { cases }
         }
 
         /// Generates one named `#[tokio::test]` per case, each on a fixture from `$fixture`
-        /// (an async expression evaluated per test).
+        /// (an async expression evaluated per test). A case the store cannot run prints
+        /// `NOT APPLICABLE` with the reason.
         #[macro_export]
         macro_rules! ledger_contract_tests {
             ($fixture:expr) => {
@@ -786,9 +974,19 @@ fn panic_message(error: tokio::task::JoinError) -> String {
     }
 }
 
-/// Runs the whole suite and panics listing every case that failed.
+/// Runs the whole suite and panics listing every case that failed; lists the cases the store
+/// could not run.
 pub async fn run_all<F: LedgerFixture + 'static>(fixture: Arc<F>) {
-    let failures = run_report(fixture).await;
+    let report = run_report(fixture).await;
+    for (case, outcome) in &report.cases {
+        if let CaseOutcome::NotApplicable(why) = outcome {
+            let _ = writeln!(
+                std::io::stdout().lock(),
+                "contract case `{case}`: NOT APPLICABLE to this store: {why}"
+            );
+        }
+    }
+    let failures = report.failures();
     assert!(
         failures.is_empty(),
         "the store broke the ledger contract in {} case(s):\n{}",
@@ -814,6 +1012,8 @@ suite!(
     stale_owner_cannot_complete_a_claim_made_after_purge,
     racing_takeovers_of_an_expired_claim_have_one_winner,
     claims_under_contention_never_answer_internal,
+    store_refuses_rows_it_could_not_replay,
+    concurrent_starts_migrate_once,
     co_commit_rolls_back_and_commits_together,
     concurrent_claims_have_exactly_one_owner,
     concurrent_transitions_have_exactly_one_winner,

@@ -18,6 +18,25 @@ pub struct Capabilities {
     pub kill_connection: bool,
     /// How many identities the concurrent-claims case races 32 claims on.
     pub concurrent_claim_identities: usize,
+    /// The store has a schema its fixture can create from nothing, and [`LedgerStore::migrate`]
+    /// applies the ledger's migrations on connections of their own, as a starting process does.
+    pub migrations: bool,
+}
+
+/// A ledger row as a support script, a backfill or a hand-written migration would write it,
+/// bypassing the adapter: what the store itself must refuse when it breaks the contract's rules.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RawRow<'a> {
+    /// The stored state name.
+    pub state: &'a str,
+    /// Whether the row has a completion time.
+    pub completed: bool,
+    /// The outcome reference column.
+    pub outcome_reference: Option<&'a str>,
+    /// The failure code column.
+    pub failure_code: Option<i32>,
+    /// The failure message column.
+    pub failure_message: Option<&'a str>,
 }
 
 /// Hands out a fresh, empty store for each case.
@@ -29,6 +48,11 @@ pub trait LedgerFixture: Send + Sync {
     fn capabilities(&self) -> Capabilities;
     /// A fresh store with the ledger's schema and a business table, and nothing in them.
     async fn fresh_store(&self) -> Self::Store;
+    /// A fresh store without the ledger's schema (its migrations not applied). Called only when
+    /// the fixture declares [`Capabilities::migrations`]; the default panics.
+    async fn fresh_unmigrated_store(&self) -> Self::Store {
+        panic!("a fixture that declares `migrations` must implement `fresh_unmigrated_store`")
+    }
 }
 
 /// One fresh store.
@@ -45,6 +69,15 @@ pub trait LedgerStore: Send + Sync {
     async fn business_rows(&self, key: &str) -> u64;
     /// How many committed ledger rows exist.
     async fn ledger_rows(&self) -> u64;
+    /// Writes `row` under a new identity straight into the store, bypassing the adapter, and
+    /// says whether the store accepted it.
+    async fn write_raw_row(&self, row: RawRow<'_>) -> bool;
+    /// Applies the ledger's migrations on a connection of its own, as a process starting up
+    /// does. Called only when the fixture declares [`Capabilities::migrations`]; the default
+    /// panics.
+    async fn migrate(&self) -> Result<(), LedgerError> {
+        panic!("a store whose fixture declares `migrations` must implement `migrate`")
+    }
 }
 
 /// A unit of work: the caller's transaction, with the ledger bound to it.

@@ -14,13 +14,14 @@ use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
 use grpc_core_api::{
-    ClaimOutcome, Completion, GrpcOperationIdentity, GrpcOperationLedger, LeaseDuration,
-    LedgerDurability, LedgerError, OperationRecord, OutcomeReference, RecordedFailure,
-    RequestFingerprint, UnavailableKind, Version,
+    CallerFingerprint, ClaimOutcome, Completion, GrpcMethod, GrpcOperationIdentity,
+    GrpcOperationLedger, IdempotencyKey, KeyHasher, LeaseDuration, LedgerDurability, LedgerError,
+    OperationRecord, OperationState, OutcomeReference, RecordedFailure, RequestFingerprint,
+    UnavailableKind, Version,
 };
 use tokio::sync::Notify;
 
-use crate::{Capabilities, LedgerFixture, LedgerStore, UnitOfWork};
+use crate::{Capabilities, LedgerFixture, LedgerStore, RawRow, UnitOfWork};
 
 /// A deliberately broken behaviour, for the suite's own tests that prove it catches each one.
 #[doc(hidden)]
@@ -568,6 +569,8 @@ impl LedgerFixture for InMemoryFixture {
             concurrent_writers: true,
             kill_connection: true,
             concurrent_claim_identities: 200,
+            // Nothing to migrate: the double's schema is its types.
+            migrations: false,
         }
     }
 
@@ -600,6 +603,50 @@ impl LedgerStore for InMemoryStore {
     async fn ledger_rows(&self) -> u64 {
         self.shared.committed().rows.len() as u64
     }
+
+    /// The double's rows are typed records, so its "constraints" are the checked constructors:
+    /// a raw row is stored only if it converts into a record.
+    async fn write_raw_row(&self, row: RawRow<'_>) -> bool {
+        let Some(record) = raw_record(&row, self.shared.next_unit.fetch_add(1, Ordering::Relaxed))
+        else {
+            return false;
+        };
+        let key = record.identity.storage_key();
+        self.shared.committed().rows.insert(key, record);
+        true
+    }
+}
+
+/// The record a raw row stands for, under a new identity numbered `n`; `None` if it breaks a rule.
+fn raw_record(row: &RawRow<'_>, n: u64) -> Option<OperationRecord> {
+    let now = SystemTime::now();
+    let finished = match row.state.parse::<OperationState>().ok()? {
+        OperationState::InProgress => None,
+        OperationState::Committed => Some(Completion::Committed(
+            OutcomeReference::parse(row.outcome_reference?).ok()?,
+        )),
+        OperationState::FailedTerminal => Some(Completion::Failed(
+            RecordedFailure::from_stored(row.failure_code?, row.failure_message?).ok()?,
+        )),
+    };
+    let finished = match finished {
+        Some(completion) if row.completed => Some((now, completion)),
+        Some(_) => return None,
+        None => None,
+    };
+    let identity = GrpcOperationIdentity::new(
+        CallerFingerprint::parse("raw-rows").ok()?,
+        GrpcMethod::parse("/raw.v1.Rows/Write").ok()?,
+        KeyHasher::Sha256.hash(&IdempotencyKey::parse(&format!("raw-{n}")).ok()?),
+    );
+    Some(OperationRecord {
+        identity,
+        request_fingerprint: RequestFingerprint::of(b"raw"),
+        version: Version::fresh(millis_since_epoch(now), 0),
+        claimed_at: now,
+        lease_expires_at: now,
+        finished,
+    })
 }
 
 #[async_trait]

@@ -23,8 +23,11 @@
 //! ```
 //!
 //! Each case is also a public async function (`cases::claim_after_commit_replays`, ...), so an
-//! adapter can run them as separate named tests, and [`run_report`] returns which cases failed
-//! instead of panicking, which is how this crate checks that the suite catches broken adapters.
+//! adapter can run them as separate named tests, and [`run_report`] returns how each case ended
+//! (passed, failed with its message, or not applicable to the store, with why) instead of
+//! panicking, which is how this crate checks that the suite catches broken adapters. A case a
+//! store cannot run is never passed silently: the report lists it, and its named test prints
+//! that it was not applicable.
 //!
 //! [`GrpcOperationLedger`]: grpc_core_api::GrpcOperationLedger
 
@@ -32,8 +35,8 @@ pub mod cases;
 mod fixture;
 mod in_memory;
 
-pub use cases::{CASES, run_all, run_report};
-pub use fixture::{Capabilities, LedgerFixture, LedgerStore, UnitOfWork};
+pub use cases::{CASES, CaseOutcome, SuiteReport, not_applicable, run_all, run_report};
+pub use fixture::{Capabilities, LedgerFixture, LedgerStore, RawRow, UnitOfWork};
 pub use in_memory::{InMemoryFixture, InMemoryOperationLedger, InMemoryStore, InMemoryUnit};
 
 /// The deliberately broken behaviours the suite's own tests use; not part of the API.

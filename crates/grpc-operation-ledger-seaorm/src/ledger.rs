@@ -151,6 +151,7 @@ where
             Completion::Failed(failure) => {
                 values.push((failure.code() as i32).into());
                 values.push(failure.message().into());
+                values.push(failure.details().to_vec().into());
                 &sql.mark_failed
             }
         };
@@ -359,8 +360,13 @@ fn decode_record(
                 .map_err(|_| corrupt("failure_code"))?
                 .ok_or(corrupt("failure_code"))?;
             let message = optional_text("failure_message")?.ok_or(corrupt("failure_message"))?;
-            let failure =
-                RecordedFailure::from_stored(code, &message).map_err(|_| corrupt("failure"))?;
+            let details = row
+                .try_get::<Option<Vec<u8>>>("", "failure_details")
+                .map_err(|_| corrupt("failure_details"))?
+                .unwrap_or_default();
+            let failure = RecordedFailure::from_stored(code, &message)
+                .and_then(|failure| failure.with_details(&details))
+                .map_err(|_| corrupt("failure"))?;
             Some((
                 completed_at.ok_or(corrupt("completed_at"))?,
                 Completion::Failed(failure),

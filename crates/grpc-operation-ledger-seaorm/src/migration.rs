@@ -187,20 +187,28 @@ impl MigrationTrait for CreateOperationLedger {
     }
 }
 
-/// Refuses, in the store itself, the rows whose replay would fail: a committed row with an empty
-/// outcome reference, and an outcome reference or failure message longer than the 1024 bytes a
-/// record may carry (PostgreSQL's `VARCHAR(1024)` counts characters, SQLite none at all).
-/// PostgreSQL adds CHECK constraints; SQLite cannot add a constraint to a table, so the same
-/// rules are triggers that abort the statement with a constraint error.
+/// Keeps what a replayed failure needs and refuses, in the store itself, the rows whose replay
+/// would fail: adds `failure_details` (the failed status's binary details, at most 8 KiB), and
+/// refuses a failed row without a code (the first migration's CHECK let a NULL code through:
+/// `NULL BETWEEN 1 AND 16` is not false), a committed row with an empty outcome reference, and
+/// an outcome reference or failure message longer than the 1024 bytes a record may carry
+/// (PostgreSQL's `VARCHAR(1024)` counts characters, SQLite none at all). PostgreSQL adds CHECK constraints; SQLite cannot add a
+/// constraint to a table, so the same rules are triggers that abort the statement with a
+/// constraint error.
 struct RefuseUnreplayableOutcomes;
 
 impl MigrationName for RefuseUnreplayableOutcomes {
     fn name(&self) -> &str {
-        "m20261203_000002_refuse_unreplayable_outcomes"
+        "m20261203_000002_failure_details_and_replayable_outcomes"
     }
 }
 
 const POSTGRES_OUTCOME_CHECKS: &str = "ALTER TABLE grpc_operation_ledger
+    ADD COLUMN failure_details BYTEA,
+    ADD CONSTRAINT ck_grpc_operation_ledger_failure_details_size
+        CHECK (failure_details IS NULL OR octet_length(failure_details) <= 8192),
+    ADD CONSTRAINT ck_grpc_operation_ledger_failed_has_code
+        CHECK (state <> 'FAILED_TERMINAL' OR failure_code IS NOT NULL),
     ADD CONSTRAINT ck_grpc_operation_ledger_outcome_replayable
         CHECK (outcome_reference IS NULL
                OR (outcome_reference <> '' AND octet_length(outcome_reference) <= 1024)),
@@ -208,11 +216,13 @@ const POSTGRES_OUTCOME_CHECKS: &str = "ALTER TABLE grpc_operation_ledger
         CHECK (failure_message IS NULL OR octet_length(failure_message) <= 1024)";
 
 /// The condition under which a SQLite row is refused, for `NEW` of an insert or an update.
-const SQLITE_UNREPLAYABLE: &str = "NEW.outcome_reference = ''
+const SQLITE_UNREPLAYABLE: &str = "(NEW.state = 'FAILED_TERMINAL' AND NEW.failure_code IS NULL)
+    OR NEW.outcome_reference = ''
     OR length(CAST(NEW.outcome_reference AS BLOB)) > 1024
     OR instr(NEW.outcome_reference, char(0)) > 0
     OR length(CAST(NEW.failure_message AS BLOB)) > 1024
-    OR instr(NEW.failure_message, char(0)) > 0";
+    OR instr(NEW.failure_message, char(0)) > 0
+    OR length(NEW.failure_details) > 8192";
 
 #[allow(elided_lifetimes_in_paths)]
 #[async_trait::async_trait]
@@ -224,6 +234,10 @@ impl MigrationTrait for RefuseUnreplayableOutcomes {
                 db.execute_unprepared(POSTGRES_OUTCOME_CHECKS).await?;
             }
             DbBackend::Sqlite => {
+                db.execute_unprepared(&format!(
+                    "ALTER TABLE {LEDGER_TABLE} ADD COLUMN failure_details BLOB"
+                ))
+                .await?;
                 for event in ["INSERT", "UPDATE"] {
                     let name = format!(
                         "ck_grpc_operation_ledger_replayable_on_{}",
@@ -252,8 +266,10 @@ impl MigrationTrait for RefuseUnreplayableOutcomes {
             DbBackend::Postgres => {
                 db.execute_unprepared(
                     "ALTER TABLE grpc_operation_ledger \
+                     DROP CONSTRAINT IF EXISTS ck_grpc_operation_ledger_failed_has_code, \
                      DROP CONSTRAINT IF EXISTS ck_grpc_operation_ledger_outcome_replayable, \
-                     DROP CONSTRAINT IF EXISTS ck_grpc_operation_ledger_failure_message_replayable",
+                     DROP CONSTRAINT IF EXISTS ck_grpc_operation_ledger_failure_message_replayable, \
+                     DROP COLUMN IF EXISTS failure_details",
                 )
                 .await?;
             }
@@ -264,6 +280,10 @@ impl MigrationTrait for RefuseUnreplayableOutcomes {
                     ))
                     .await?;
                 }
+                db.execute_unprepared(&format!(
+                    "ALTER TABLE {LEDGER_TABLE} DROP COLUMN failure_details"
+                ))
+                .await?;
             }
         }
         Ok(())

@@ -32,7 +32,7 @@ const CLAIM_INSERT: &str = "INSERT INTO grpc_operation_ledger \
 /// The row of one identity, with the store's clock.
 const SELECT_RECORD: &str = concat!(
     "SELECT request_fingerprint, state, version, claimed_at, lease_expires_at, completed_at, \
-     outcome_reference, failure_code, failure_message, {now} AS db_now \
+     outcome_reference, failure_code, failure_message, failure_details, {now} AS db_now \
      FROM grpc_operation_ledger WHERE ",
     identity_condition!()
 );
@@ -54,10 +54,11 @@ const MARK_COMMITTED: &str = concat!(
     " AND state = 'IN_PROGRESS' AND version = $4"
 );
 
-/// Transition to FAILED_TERMINAL. `$4` owner's version, `$5` status code, `$6` message.
+/// Transition to FAILED_TERMINAL. `$4` owner's version, `$5` status code, `$6` message, `$7` the
+/// status's binary details.
 const MARK_FAILED: &str = concat!(
     "UPDATE grpc_operation_ledger SET state = 'FAILED_TERMINAL', version = version + 1, \
-     completed_at = {now}, failure_code = $5, failure_message = $6 WHERE ",
+     completed_at = {now}, failure_code = $5, failure_message = $6, failure_details = $7 WHERE ",
     identity_condition!(),
     " AND state = 'IN_PROGRESS' AND version = $4"
 );

@@ -5,8 +5,7 @@ mod common;
 
 use common::{Store, fresh};
 use grpc_operation_ledger_seaorm::{
-    LEDGER_TABLE, LedgerMigrator, MIGRATIONS_TABLE, connect_postgres, ledger_migrations, migrate,
-    open_sqlite,
+    LEDGER_TABLE, LedgerMigrator, MIGRATIONS_TABLE, ledger_migrations, migrate,
 };
 use sea_orm::{ConnectionTrait, DbBackend, Statement};
 use sea_orm_migration::MigratorTrait;
@@ -183,45 +182,8 @@ async fn a_database_from_the_first_migration_upgrades_in_place(store: Store) {
     );
 }
 
-/// Sixteen processes starting together on a new database each migrate it; every one succeeds and
-/// the migrations are recorded once.
-async fn sixteen_concurrent_starts_migrate_once(store: Store) {
-    let t = fresh(store).await;
-    LedgerMigrator::down(&t.db, None)
-        .await
-        .expect("start empty");
-    let starts: Vec<_> = (0..16)
-        .map(|_| {
-            let url = t.url.clone();
-            tokio::spawn(async move {
-                match store {
-                    Store::Sqlite => {
-                        let path = url.trim_start_matches("sqlite://").to_owned();
-                        open_sqlite(path.as_ref(), &common::config())
-                            .await
-                            .map(|_| ())
-                    }
-                    Store::Postgres => {
-                        let db = connect_postgres(&url, &common::config()).await?;
-                        migrate(&db).await
-                    }
-                }
-            })
-        })
-        .collect();
-    for start in starts {
-        start
-            .await
-            .expect("task")
-            .expect("every concurrent start migrates");
-    }
-    assert_eq!(applied_migrations(&t.db).await, ledger_migrations().len());
-    assert!(table_exists(&t.db, LEDGER_TABLE).await);
-}
-
 on_both_stores!(
     migrations_apply_twice_harmlessly_and_revert,
     check_constraints_refuse_bad_rows_written_by_raw_sql,
     a_database_from_the_first_migration_upgrades_in_place,
-    sixteen_concurrent_starts_migrate_once,
 );

@@ -201,8 +201,7 @@ where
                     Err(HandlerError::Terminal(status)) => {
                         // A message too long or with NUL is recorded in a form the store keeps;
                         // this caller still gets the handler's status as it was.
-                        let Some(failure) = RecordedFailure::lossy(status.code(), status.message())
-                        else {
+                        let Some(failure) = RecordedFailure::from_status(&status) else {
                             self.roll_back(transaction).await;
                             return Err(Status::internal(
                                 "a terminal failure needs a non-OK status",
@@ -283,5 +282,5 @@ fn replayed<R>(response: R) -> Response<R> {
 fn replayed_failure(failure: &RecordedFailure) -> Status {
     let mut metadata = MetadataMap::new();
     metadata.insert(REPLAYED_METADATA_KEY, MetadataValue::from_static("true"));
-    Status::with_metadata(failure.code(), failure.message(), metadata)
+    failure.to_status(metadata)
 }

@@ -511,3 +511,51 @@ async fn an_oversized_terminal_failure_is_recorded_and_replayed() {
     assert!(replay.message().starts_with("declined\u{fffd}\u{e9}"));
     assert!(!replay.message().contains('\0'));
 }
+
+/// A replayed failure carries what the first answer carried: code, message and error details.
+#[tokio::test]
+async fn a_replayed_failure_carries_the_original_error_details() {
+    let store = InMemoryStore::new(Duration::from_millis(200));
+    let guard = guard(&store);
+    let runs = AtomicU32::new(0);
+    let refusal = || {
+        HandlerError::Terminal(Status::with_error_details(
+            Code::FailedPrecondition,
+            "insufficient funds",
+            tonic_types::ErrorDetails::with_error_info(
+                "INSUFFICIENT_FUNDS",
+                "payments.example",
+                [("shortfall_minor".to_owned(), "250".to_owned())],
+            ),
+        ))
+    };
+    let first = pay(
+        &guard,
+        request(5, Some("k-d"), Some("tenant-a")),
+        &runs,
+        Err(refusal()),
+    )
+    .await
+    .unwrap_err();
+    let replay = pay(
+        &guard,
+        request(5, Some("k-d"), Some("tenant-a")),
+        &runs,
+        Err(refusal()),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    assert_eq!(
+        replay.metadata().get(REPLAYED_METADATA_KEY).unwrap(),
+        "true"
+    );
+    assert_eq!(replay.code(), first.code());
+    assert_eq!(replay.message(), first.message());
+    let info = replay.get_details_error_info().expect("ErrorInfo replayed");
+    assert_eq!(info.reason, "INSUFFICIENT_FUNDS");
+    assert_eq!(
+        info.metadata.get("shortfall_minor").map(String::as_str),
+        Some("250")
+    );
+}

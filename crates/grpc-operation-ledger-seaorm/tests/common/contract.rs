@@ -3,9 +3,15 @@
 
 use async_trait::async_trait;
 use grpc_core_api::{GrpcOperationLedger, LedgerError, LedgerUnitsOfWork, UnavailableKind};
-use grpc_ledger_contract_tests::{Capabilities, LedgerFixture, LedgerStore, UnitOfWork};
-use grpc_operation_ledger_seaorm::{SeaOrmOperationLedger, SeaOrmUnitsOfWork};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use grpc_ledger_contract_tests::{Capabilities, LedgerFixture, LedgerStore, RawRow, UnitOfWork};
+use grpc_operation_ledger_seaorm::{
+    LedgerMigrator, SeaOrmOperationLedger, SeaOrmUnitsOfWork, connect_postgres, migrate,
+    open_sqlite,
+};
 use sea_orm::{ConnectionTrait, Database, DatabaseTransaction, DbBackend, Statement};
+use sea_orm_migration::MigratorTrait;
 
 use super::{Store, TestDb, config, fresh};
 
@@ -30,6 +36,7 @@ impl LedgerFixture for SeaOrmFixture {
                 concurrent_writers: true,
                 kill_connection: true,
                 concurrent_claim_identities: 200,
+                migrations: true,
             },
             // One writer at a time, and no way to kill another connection from outside.
             Store::Sqlite => Capabilities {
@@ -37,6 +44,7 @@ impl LedgerFixture for SeaOrmFixture {
                 concurrent_writers: false,
                 kill_connection: false,
                 concurrent_claim_identities: 20,
+                migrations: true,
             },
         }
     }
@@ -51,6 +59,15 @@ impl LedgerFixture for SeaOrmFixture {
             .await
             .expect("create the business table");
         SeaOrmStore { test_db }
+    }
+
+    /// A fresh store whose ledger migrations were reverted by the real migrator.
+    async fn fresh_unmigrated_store(&self) -> SeaOrmStore {
+        let store = self.fresh_store().await;
+        LedgerMigrator::down(&store.test_db.db, None)
+            .await
+            .expect("revert the ledger migrations");
+        store
     }
 }
 
@@ -118,6 +135,52 @@ impl LedgerStore for SeaOrmStore {
             None,
         )
         .await
+    }
+
+    async fn write_raw_row(&self, row: RawRow<'_>) -> bool {
+        static ROWS: AtomicU64 = AtomicU64::new(0);
+        let n = ROWS.fetch_add(1, Ordering::Relaxed);
+        let db = &self.test_db.db;
+        let sql = "INSERT INTO grpc_operation_ledger (caller_fingerprint, full_method_name, \
+             idempotency_key_hash, request_fingerprint, state, version, claimed_at, \
+             lease_expires_at, completed_at, outcome_reference, failure_code, failure_message) \
+             VALUES ('raw', '/raw.v1.Rows/Write', $1, $2, $3, 1, 1, 2, $4, $5, $6, $7)";
+        let sql = match db.get_database_backend() {
+            DbBackend::Postgres => sql.to_owned(),
+            _ => sql.replace('$', "?"),
+        };
+        let values: Vec<sea_orm::Value> = vec![
+            format!("{n:064x}").into(),
+            "a".repeat(64).into(),
+            row.state.into(),
+            row.completed.then_some(3i64).into(),
+            row.outcome_reference.map(str::to_owned).into(),
+            row.failure_code.into(),
+            row.failure_message.map(str::to_owned).into(),
+        ];
+        db.execute_raw(Statement::from_sql_and_values(
+            db.get_database_backend(),
+            sql,
+            values,
+        ))
+        .await
+        .is_ok()
+    }
+
+    /// Opens a pool of its own and migrates through it, as a starting process does.
+    async fn migrate(&self) -> Result<(), LedgerError> {
+        let url = &self.test_db.url;
+        let migrated = match self.test_db.store {
+            Store::Sqlite => {
+                let path = url.trim_start_matches("sqlite://");
+                open_sqlite(path.as_ref(), &config()).await.map(|_| ())
+            }
+            Store::Postgres => match connect_postgres(url, &config()).await {
+                Ok(db) => migrate(&db).await,
+                Err(error) => Err(error),
+            },
+        };
+        migrated.map_err(|error| LedgerError::internal(format!("migrating failed: {error}")))
     }
 }
 
