@@ -200,6 +200,9 @@ async fn keyed_op(db: &DatabaseConnection, caller: usize, key: &str) -> Result<(
     Ok(())
 }
 
+/// The claim's `lock_timeout` (the adapter's default claim wait), as the claim statement binds it.
+const CLAIM_WAIT_SETTING: &str = "2000ms";
+
 /// The adapter's three statements, sent directly through sqlx: the adapter's ideal.
 async fn raw_op(pool: &sqlx::PgPool, caller: usize, key: &str) -> Result<()> {
     let [(_, claim), _, _, (_, commit), _, _] =
@@ -218,6 +221,7 @@ async fn raw_op(pool: &sqlx::PgPool, caller: usize, key: &str) -> Result<()> {
         .bind(RequestFingerprint::of(key.as_bytes()).to_hex())
         .bind(lease().as_millis())
         .bind(i32::from(Version::random_salt()))
+        .bind(CLAIM_WAIT_SETTING)
         .fetch_optional(&mut *tx)
         .await?;
     let Some(version) = version else {
@@ -315,6 +319,7 @@ fn pgbench_keyed_script() -> Result<String> {
     };
     let claim = identity(
         &claim
+            .replace("$7", &format!("'{CLAIM_WAIT_SETTING}'"))
             .replace("$6", ":s")
             .replace("$5", "30000")
             .replace("$4", "md5('r' || :k) || md5('s' || :k)"),

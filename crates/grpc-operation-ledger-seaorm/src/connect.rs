@@ -3,7 +3,6 @@
 use std::path::Path;
 use std::time::Duration;
 
-use sea_orm::sqlx::postgres::PgConnectOptions;
 use sea_orm::sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqliteSynchronous};
 use sea_orm::{ConnectOptions, Database, DatabaseConnection, DbErr};
 
@@ -11,8 +10,8 @@ use sea_orm::{ConnectOptions, Database, DatabaseConnection, DbErr};
 #[derive(Debug, Clone)]
 pub struct LedgerConfig {
     /// How long a claim may wait behind another unit of work's uncommitted claim of the same
-    /// identity before answering `InFlight` (PostgreSQL `lock_timeout`, SQLite busy timeout).
-    /// It bounds every lock wait on these connections, not only the ledger's.
+    /// identity before answering `InFlight`. On PostgreSQL the claim sets `lock_timeout` to it
+    /// for the rest of its unit of work; on SQLite it is the busy timeout of every connection.
     pub claim_wait: Duration,
     /// Pool size.
     pub max_connections: u32,
@@ -51,18 +50,18 @@ pub async fn open_sqlite(path: &Path, config: &LedgerConfig) -> Result<DatabaseC
     Ok(db)
 }
 
-/// Connects a pool to PostgreSQL with `lock_timeout` set to the claim wait on every connection.
-/// Does not apply migrations: a deployment applies [`LedgerMigrator`] when it chooses.
+/// Connects a pool to PostgreSQL. It sets nothing on the connections themselves (no startup
+/// `options`): the claim's bounded wait travels with the claim statement, so the pool works
+/// directly and through a connection pooler (PgBouncer in session pooling; in transaction pooling
+/// only a pooler that keeps prepared statements, PgBouncer 1.21+ with `max_prepared_statements`,
+/// since sqlx prepares every statement it sends with arguments under a name). Does not apply
+/// migrations: a deployment applies them with [`migrate`](crate::migrate) when it chooses.
 pub async fn connect_postgres(
     url: &str,
     config: &LedgerConfig,
 ) -> Result<DatabaseConnection, DbErr> {
     let mut options = ConnectOptions::new(url.to_owned());
     pool_options(&mut options, config);
-    let lock_timeout = format!("{}ms", config.claim_wait.as_millis().max(1));
-    options.map_sqlx_postgres_opts(move |pg: PgConnectOptions| {
-        pg.options([("lock_timeout", lock_timeout.as_str())])
-    });
     Database::connect(options).await
 }
 

@@ -86,6 +86,14 @@ fn map_sqlstate(code: &str, phase: Phase) -> LedgerError {
         "25P02" => LedgerError::internal(
             "the unit of work is aborted by an earlier error; roll it back and retry",
         ),
+        // duplicate_prepared_statement, invalid_sql_statement_name: the connection's named
+        // statements are not where the driver left them, which is what a pooler that hands each
+        // transaction another server connection does to them
+        "42P05" | "26000" => LedgerError::internal(
+            "prepared statements were lost between transactions: a connection pooler in \
+             transaction mode must keep them (PgBouncer 1.21+ with max_prepared_statements), \
+             or use session pooling",
+        ),
         "23514" => LedgerError::internal("a ledger row violated a CHECK constraint"),
         // unique_violation cannot happen on a claim (ON CONFLICT DO NOTHING); anywhere else it
         // is a bug
@@ -187,6 +195,8 @@ mod tests {
             ("42P01", None),                       // undefined_table
             ("42703", None),                       // undefined_column
             ("XX000", None),                       // internal_error
+            ("42P05", None),                       // duplicate_prepared_statement (a pooler)
+            ("26000", None),                       // invalid_sql_statement_name (a pooler)
         ];
         for (code, expected) in table {
             assert_maps_to(
@@ -196,6 +206,10 @@ mod tests {
                 code,
             );
         }
+        let LedgerError::Internal { message } = map_sqlstate("42P05", Phase::Other) else {
+            unreachable!("checked above");
+        };
+        assert!(message.contains("max_prepared_statements"), "{message}");
         assert_eq!(
             map_sqlstate("55P03", CLAIM),
             LedgerError::InFlight {

@@ -27,12 +27,12 @@ const CLAIM_ROUNDS: usize = 3;
 /// caller's unit of work, or `DatabaseConnection` / `&DatabaseConnection` for statements that
 /// commit on their own (the claim-first mode).
 ///
-/// It opens no transaction of its own. The bound on how long a duplicate claim waits behind an
-/// uncommitted one is a property of the connection (PostgreSQL `lock_timeout`, SQLite busy
-/// timeout), set by [`open_sqlite`](crate::open_sqlite) and
-/// [`connect_postgres`](crate::connect_postgres); tell the ledger that bound with
-/// [`with_claim_wait`](Self::with_claim_wait) so its `InFlight` answers carry it as the retry
-/// delay.
+/// It opens no transaction of its own. A duplicate claim waits behind an uncommitted one at most
+/// the claim wait ([`with_claim_wait`](Self::with_claim_wait), 2 s by default), which is also the
+/// retry delay its `InFlight` answer carries. On PostgreSQL the claim statement itself sets
+/// `lock_timeout` to it for the rest of the transaction, so it holds on any connection, behind
+/// any pooler; on SQLite the wait is the connection's busy timeout, set by
+/// [`open_sqlite`](crate::open_sqlite) from the same [`LedgerConfig`](crate::LedgerConfig).
 #[derive(Debug, Clone)]
 pub struct SeaOrmOperationLedger<C> {
     connection: C,
@@ -197,6 +197,9 @@ where
             values.push(request.to_hex().into());
             values.push(lease.as_millis().into());
             values.push(i32::from(Version::random_salt()).into());
+            if self.backend() == DbBackend::Postgres {
+                values.push(format!("{}ms", self.claim_wait.as_millis().max(1)).into());
+            }
             let inserted = self
                 .connection()
                 .query_one_raw(self.statement(&sql.claim_insert, values))

@@ -19,15 +19,22 @@ macro_rules! identity_condition {
 /// Claim: one insert that can only insert. `$4` request fingerprint, `$5` lease in ms, `$6` the
 /// version's random salt. The fresh version is the store's clock shifted left by 20 bits plus the
 /// salt (`Version::fresh`), so it never repeats for an identity; it is returned only when the row
-/// was inserted. (SQLite needs the `WHERE true` to tell the SELECT's end from the ON CONFLICT
-/// clause.)
+/// was inserted. On PostgreSQL `{wait_bound}` also sets `lock_timeout` to `$7` for the rest of the
+/// transaction, before the insert can wait behind another unit's uncommitted claim: the bound
+/// travels with the statement, so a connection pooler that drops startup parameters or hands
+/// out another server connection cannot lose it. (SQLite needs the `WHERE true` to tell the
+/// SELECT's end from the ON CONFLICT clause.)
 const CLAIM_INSERT: &str = "INSERT INTO grpc_operation_ledger \
     (caller_fingerprint, full_method_name, idempotency_key_hash, request_fingerprint, \
      state, version, claimed_at, lease_expires_at) \
     SELECT $1, $2, $3, $4, 'IN_PROGRESS', clock.now * 1048576 + $6, clock.now, clock.now + $5 \
-    FROM (SELECT {now} AS now) AS clock WHERE true \
+    FROM (SELECT {now} AS now{wait_bound}) AS clock WHERE true \
     ON CONFLICT (caller_fingerprint, full_method_name, idempotency_key_hash) DO NOTHING \
     RETURNING version";
+
+/// PostgreSQL: `lock_timeout` for the current transaction, evaluated before the insert (a volatile
+/// function in the subquery's output is never optimised away).
+const POSTGRES_WAIT_BOUND: &str = ", set_config('lock_timeout', $7, true) AS wait_bound";
 
 /// The row of one identity, with the store's clock.
 const SELECT_RECORD: &str = concat!(
@@ -93,15 +100,19 @@ impl Sql {
         static POSTGRES: OnceLock<Sql> = OnceLock::new();
         static SQLITE: OnceLock<Sql> = OnceLock::new();
         match backend {
-            DbBackend::Postgres => Some(POSTGRES.get_or_init(|| Self::build(POSTGRES_NOW, false))),
-            DbBackend::Sqlite => Some(SQLITE.get_or_init(|| Self::build(SQLITE_NOW, true))),
+            DbBackend::Postgres => {
+                Some(POSTGRES.get_or_init(|| Self::build(POSTGRES_NOW, POSTGRES_WAIT_BOUND, false)))
+            }
+            DbBackend::Sqlite => Some(SQLITE.get_or_init(|| Self::build(SQLITE_NOW, "", true))),
             _ => None,
         }
     }
 
-    fn build(now: &str, question_placeholders: bool) -> Self {
+    fn build(now: &str, wait_bound: &str, question_placeholders: bool) -> Self {
         let render = |template: &str| {
-            let text = template.replace("{now}", now);
+            let text = template
+                .replace("{now}", now)
+                .replace("{wait_bound}", wait_bound);
             if question_placeholders {
                 // `$N` is a named parameter in SQLite; `?N` is its positional form.
                 text.replace('$', "?")
@@ -162,6 +173,7 @@ mod tests {
                 &sql.purge,
             ] {
                 assert!(!statement.contains("{now}"), "{statement}");
+                assert!(!statement.contains("{wait_bound}"), "{statement}");
                 assert!(!statement.contains('\''.to_string().repeat(2).as_str()));
             }
             for transition in [&sql.take_over, &sql.mark_committed, &sql.mark_failed] {
