@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 
-use crate::cmd;
 use crate::postgres::{self, Cluster};
+use crate::{cmd, pgbouncer};
 
 const ORPHANS: &str = "SELECT count(*) FROM grpc_operation_ledger WHERE state = 'IN_PROGRESS' \
      AND lease_expires_at < (EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::BIGINT";
@@ -65,6 +65,7 @@ pub(crate) fn chaos(quick: bool, interrupted: &AtomicBool) -> Result<()> {
             Ok(killed.parse().unwrap_or(0))
         },
     )?);
+    summaries.push(through_pgbouncer(&demo, &cluster, payments, interrupted)?);
     summaries.push(server_killed(
         &demo,
         &cluster,
@@ -148,6 +149,27 @@ fn scenario(
     cluster: &Cluster,
     payments: u32,
     interrupted: &AtomicBool,
+    fault: impl FnMut(&Cluster, u32) -> Result<u32>,
+) -> Result<Summary> {
+    scenario_at(
+        name,
+        demo,
+        cluster,
+        cluster.url(),
+        payments,
+        interrupted,
+        fault,
+    )
+}
+
+/// [`scenario`] with the demo reaching the cluster at `url` (through a proxy or a pooler).
+fn scenario_at(
+    name: &'static str,
+    demo: &Path,
+    cluster: &Cluster,
+    url: &str,
+    payments: u32,
+    interrupted: &AtomicBool,
     mut fault: impl FnMut(&Cluster, u32) -> Result<u32>,
 ) -> Result<Summary> {
     eprintln!("xtask: chaos scenario: {name}");
@@ -156,7 +178,7 @@ fn scenario(
         name.split_whitespace().next().unwrap_or("x"),
         std::process::id()
     );
-    let child = demo_command(demo, cluster, payments, &run_id)
+    let child = demo_command_at(demo, url, payments, &run_id)
         .stdout(Stdio::piped())
         .spawn()
         .context("starting the demo")?;
@@ -172,6 +194,38 @@ fn scenario(
         faults,
         report: child,
     })
+}
+
+/// The demo reaches PostgreSQL through PgBouncer (session pooling) while server backends are
+/// killed behind the pooler's back: the pooler must pass the broken connections on as failures
+/// the ledger reports as UNAVAILABLE, and the claim's bounded wait must hold without any setting
+/// on the connection.
+fn through_pgbouncer(
+    demo: &Path,
+    cluster: &Cluster,
+    payments: u32,
+    interrupted: &AtomicBool,
+) -> Result<Summary> {
+    let bouncer = pgbouncer::Bouncer::start(cluster.url(), pgbouncer::PoolMode::Session)?;
+    scenario_at(
+        "via pgbouncer, killed",
+        demo,
+        cluster,
+        bouncer.url(),
+        payments,
+        interrupted,
+        |cluster, tick| {
+            if tick % 5 != 0 {
+                return Ok(0);
+            }
+            let killed = cluster.psql(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
+                 WHERE backend_type = 'client backend' AND pid <> pg_backend_pid() \
+                 AND random() < 0.2",
+            )?;
+            Ok(killed.parse().unwrap_or(0))
+        },
+    )
 }
 
 /// Waits for `child`, calling `every_100ms` meanwhile; returns its stdout, failing on a non-zero

@@ -10,6 +10,7 @@
 mod chaos;
 mod cmd;
 mod fuzz;
+mod pgbouncer;
 mod postgres;
 mod tidy;
 
@@ -105,15 +106,43 @@ fn test() -> Result<()> {
         ],
         &interrupted,
     );
+    // The contract suite again, through PgBouncer, as production often reaches PostgreSQL.
+    let pooled = outcome.and_then(|output| {
+        let pooled = through_pooler(database.url(), &interrupted)?;
+        Ok(output + &pooled)
+    });
     // The cluster is stopped here, before the result is reported, whatever the tests did.
     drop(database);
-    let output = outcome.context("tests")?;
+    let output = pooled.context("tests")?;
     // The quick fault run: the demo's workload through PostgreSQL restarts, killed connections and
     // a killed server, on a cluster of its own.
     chaos::chaos(true, &interrupted).context("chaos --quick")?;
     let (passed, failed) = count_tests(&output);
     println!("tests: {passed} passed, {failed} failed");
     Ok(())
+}
+
+/// Runs the ledger contract suite on PostgreSQL through a PgBouncer in session pooling (Debian's
+/// 1.18: transaction pooling would need 1.21's `max_prepared_statements`, since sqlx names the
+/// statements it prepares); returns the test output.
+fn through_pooler(
+    database_url: &str,
+    interrupted: &std::sync::atomic::AtomicBool,
+) -> Result<String> {
+    let bouncer = pgbouncer::Bouncer::start(database_url, pgbouncer::PoolMode::Session)?;
+    eprintln!("xtask: the ledger contract suite through PgBouncer (session pooling)");
+    cmd::cargo_tee(
+        &[
+            "test",
+            "--package",
+            "grpc-operation-ledger-seaorm",
+            "--test",
+            "contract_postgres",
+        ],
+        &[("DATABASE_URL", bouncer.url())],
+        interrupted,
+    )
+    .context("the contract suite through PgBouncer")
 }
 
 /// Makes sure Python's `protobuf` package is importable: a test fingerprints requests that a

@@ -19,7 +19,7 @@ use anyhow::{Context, Result, bail};
 use crate::cmd;
 
 /// The unprivileged system user that runs clusters when xtask runs as root.
-const CLUSTER_USER: &str = "grpc-ledger-pg";
+pub(crate) const CLUSTER_USER: &str = "grpc-ledger-pg";
 
 /// Server settings for test clusters. Durability is off because no test crashes the machine:
 /// tests kill connections and restart the server, and a fast shutdown or a killed backend does
@@ -428,16 +428,16 @@ impl Drop for Cluster {
     }
 }
 
-fn path_str(path: &Path) -> Result<&str> {
+pub(crate) fn path_str(path: &Path) -> Result<&str> {
     path.to_str().context("path is not UTF-8")
 }
 
-fn running_as_root() -> Result<bool> {
+pub(crate) fn running_as_root() -> Result<bool> {
     // The owner of /proc/self is the effective user of this process.
     Ok(std::fs::metadata("/proc/self")?.uid() == 0)
 }
 
-fn ensure_system_user() -> Result<()> {
+pub(crate) fn ensure_system_user() -> Result<()> {
     let exists = Command::new("id")
         .args(["-u", CLUSTER_USER])
         .output()
@@ -510,12 +510,12 @@ fn find_bin_dir() -> Option<PathBuf> {
     has_server(&bin).then_some(bin)
 }
 
-fn free_loopback_port() -> Result<u16> {
+pub(crate) fn free_loopback_port() -> Result<u16> {
     let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
     Ok(listener.local_addr()?.port())
 }
 
-fn fresh_temp_dir() -> Result<PathBuf> {
+pub(crate) fn fresh_temp_dir() -> Result<PathBuf> {
     let nanos = SystemTime::now().duration_since(UNIX_EPOCH)?.as_nanos();
     let dir = std::env::temp_dir().join(format!("xtask-pg-{}-{nanos}", std::process::id()));
     std::fs::create_dir(&dir).with_context(|| format!("creating {}", dir.display()))?;
@@ -523,7 +523,7 @@ fn fresh_temp_dir() -> Result<PathBuf> {
     Ok(dir)
 }
 
-fn wait_until(limit: Duration, mut ready: impl FnMut() -> bool) -> Result<()> {
+pub(crate) fn wait_until(limit: Duration, mut ready: impl FnMut() -> bool) -> Result<()> {
     let start = std::time::Instant::now();
     while start.elapsed() < limit {
         if ready() {
