@@ -194,8 +194,8 @@ pub fn service(
     Ok(PaymentsService::new(guard, faults, id_prefix))
 }
 
-/// The delay the fault layer adds: past the service config's per-attempt timeout (0.5 s), within
-/// the call's deadline.
+/// The delay the fault layer adds: past the service config's per-attempt limit
+/// (`perAttemptRecvTimeout`, 0.5 s), within the call's deadline.
 pub const INJECTED_DELAY: Duration = Duration::from_millis(600);
 
 /// Serves `service` on `listener` until `shutdown` completes.

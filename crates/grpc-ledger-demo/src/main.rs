@@ -27,7 +27,7 @@ struct Args {
     #[arg(long, default_value_t = 0.02)]
     delay_rate: f64,
     /// The deadline of one payment, retries included, in milliseconds (each attempt is also
-    /// limited by the service config's 0.5 s timeout).
+    /// limited by the service config's 0.5 s perAttemptRecvTimeout).
     #[arg(long, default_value_t = 3000)]
     deadline_ms: u64,
     /// Every n-th key is resent with a changed body (0: never).

@@ -1,4 +1,5 @@
-//! gRFC A6 backoff: full jitter, and the server's pushback.
+//! gRFC A6 backoff as revised in 2024 (grpc/proposal#452) and implemented by grpc-go and
+//! grpc-java: an exponential ceiling with ±20% jitter, and the server's pushback.
 
 use std::time::Duration;
 
@@ -64,13 +65,16 @@ impl Backoff {
         }
     }
 
-    /// Full jitter: a uniform delay in `[0, ceiling(n))`.
+    /// The jittered delay before retry `n`: `ceiling(n) * U[0.8, 1.2)`. Never zero for a positive
+    /// ceiling, so a retry never follows a failure at once.
     pub fn delay(&self, retry: u32, random: &mut impl RandomSource) -> Duration {
-        self.ceiling(retry).mul_f64(random.next_unit())
+        self.ceiling(retry).mul_f64(0.8 + 0.4 * random.next_unit())
     }
 
     /// The delay before retry `n`, honouring a server pushback when there is one: the pushback
-    /// replaces the jittered delay, and a pushback that says "do not retry" is `None`.
+    /// replaces the jittered delay, and a pushback that says "do not retry" is `None`. (A caller
+    /// that makes several retries uses [`BackoffSequence`], which also restarts the exponent
+    /// after a pushback.)
     pub fn delay_with_pushback(
         &self,
         retry: u32,
@@ -83,6 +87,44 @@ impl Backoff {
             Some(Pushback::DoNotRetry) => None,
         }
     }
+
+    /// The delays of one call's retries, starting with the first.
+    pub fn sequence(&self) -> BackoffSequence {
+        BackoffSequence {
+            backoff: *self,
+            since_pushback: 0,
+        }
+    }
+}
+
+/// The delays of one call's retries: the n-th retry since the last valid pushback waits
+/// `min(initialBackoff * multiplier^(n-1), maxBackoff) * U[0.8, 1.2)`; a valid pushback sets the
+/// next delay exactly and restarts the sequence at `initialBackoff` (gRFC A6).
+#[derive(Debug, Clone)]
+pub struct BackoffSequence {
+    backoff: Backoff,
+    since_pushback: u32,
+}
+
+impl BackoffSequence {
+    /// The delay before the next retry, or `None` when the server's pushback says not to retry.
+    pub fn next_delay(
+        &mut self,
+        pushback: Option<Pushback>,
+        random: &mut impl RandomSource,
+    ) -> Option<Duration> {
+        match pushback {
+            Some(Pushback::DoNotRetry) => None,
+            Some(Pushback::RetryAfter(delay)) => {
+                self.since_pushback = 0;
+                Some(delay)
+            }
+            None => {
+                self.since_pushback = self.since_pushback.saturating_add(1);
+                Some(self.backoff.delay(self.since_pushback, random))
+            }
+        }
+    }
 }
 
 /// What a server said in `grpc-retry-pushback-ms`.
@@ -90,16 +132,28 @@ impl Backoff {
 pub enum Pushback {
     /// Retry after exactly this long.
     RetryAfter(Duration),
-    /// Do not retry (a negative or unreadable value, as A6 specifies).
+    /// Do not retry: a negative, unreadable, out-of-range or repeated value (gRFC A6).
     DoNotRetry,
 }
 
-/// Reads a `grpc-retry-pushback-ms` value: a non-negative decimal integer of milliseconds.
-pub fn parse_pushback(value: &str) -> Pushback {
-    match value.parse::<u64>() {
-        Ok(millis) if !value.starts_with('+') => {
-            Pushback::RetryAfter(Duration::from_millis(millis))
+impl Pushback {
+    /// The pushback of a response that carried `values` of `grpc-retry-pushback-ms`: none when
+    /// absent, do-not-retry when there is more than one.
+    pub fn from_values<'a>(mut values: impl Iterator<Item = &'a str>) -> Option<Self> {
+        let first = values.next()?;
+        if values.next().is_some() {
+            return Some(Self::DoNotRetry);
         }
+        Some(parse_pushback(first))
+    }
+}
+
+/// Reads one `grpc-retry-pushback-ms` value: a signed 32-bit decimal integer of milliseconds, as
+/// gRPC's clients read it (`+5` is five; a negative value, or one that does not fit in 32 bits,
+/// means do not retry).
+pub fn parse_pushback(value: &str) -> Pushback {
+    match value.parse::<i32>() {
+        Ok(millis) if millis >= 0 => Pushback::RetryAfter(Duration::from_millis(millis as u64)),
         _ => Pushback::DoNotRetry,
     }
 }

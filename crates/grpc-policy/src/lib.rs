@@ -18,7 +18,7 @@ mod owner;
 mod service_config;
 mod validator;
 
-pub use backoff::{Backoff, Pushback, RandomSource, SplitMix64, parse_pushback};
+pub use backoff::{Backoff, BackoffSequence, Pushback, RandomSource, SplitMix64, parse_pushback};
 pub use budget::GrpcRetryBudget;
 pub use catalog::{CatalogError, MethodCatalog, MethodClass, MethodInfo};
 pub use codes::{ALL_CODES, CodeSet, code_name, parse_code};
@@ -26,6 +26,6 @@ pub use eligibility::{AttemptFacts, Evidence, GrpcRetryEligibility, RefusalReaso
 pub use owner::{GrpcRetryOwner, UnknownOwner};
 pub use service_config::{
     ConfigError, GrpcServiceConfigPolicy, HedgingPolicy, MAX_ATTEMPTS_CAP, MethodConfig,
-    MethodName, RetryPolicy, RetryThrottling, ServiceConfig,
+    MethodName, PortabilityNote, RetryPolicy, RetryThrottling, ServiceConfig,
 };
 pub use validator::{Finding, GrpcRetryOwnershipValidator, Severity};

@@ -29,14 +29,31 @@ fn refuse<T>(path: &str, message: impl Into<String>) -> Result<T, ConfigError> {
     })
 }
 
-/// A parsed service config. Fields A6 does not cover here (load balancing, health checks) are
-/// ignored.
+/// A parsed service config. Fields this crate does not interpret (`loadBalancingConfig`,
+/// `healthCheckConfig`, ...) are kept as they were and emitted again, so that parse, emit, parse
+/// loses nothing.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct ServiceConfig {
     /// The method configs, in order.
     pub method_configs: Vec<MethodConfig>,
     /// The channel-wide retry throttling, if any.
     pub retry_throttling: Option<RetryThrottling>,
+    /// The top-level fields not interpreted here, as they were.
+    pub other_fields: Map<String, Value>,
+    /// What this parser accepted that some reference client (grpc-go, grpc-java, gRPC C-core)
+    /// refuses or reads differently; the validator reports each as a finding.
+    pub portability: Vec<PortabilityNote>,
+}
+
+/// Something a config does that the reference clients do not agree on: accepted here (as the
+/// most lenient of them does), and reported so that a config shared across languages stays
+/// safe everywhere.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PortabilityNote {
+    /// Where, as `$.methodConfig[0].retryPolicy.retryableStatusCodes[0]`.
+    pub path: String,
+    /// What differs, naming the clients.
+    pub message: String,
 }
 
 /// Which calls a method config applies to.
@@ -76,12 +93,20 @@ impl MethodName {
 pub struct MethodConfig {
     /// The names it applies to.
     pub names: Vec<MethodName>,
-    /// The call timeout.
+    /// The deadline of the whole call, every attempt included (`timeout`).
     pub timeout: Option<Duration>,
+    /// `waitForReady`.
+    pub wait_for_ready: Option<bool>,
+    /// `maxRequestMessageBytes`.
+    pub max_request_message_bytes: Option<u64>,
+    /// `maxResponseMessageBytes`.
+    pub max_response_message_bytes: Option<u64>,
     /// The retry policy.
     pub retry_policy: Option<RetryPolicy>,
     /// The hedging policy.
     pub hedging_policy: Option<HedgingPolicy>,
+    /// The entry's fields not interpreted here, as they were.
+    pub other_fields: Map<String, Value>,
 }
 
 /// A6 `retryPolicy`.
@@ -92,6 +117,7 @@ pub struct RetryPolicy {
     max_backoff: Duration,
     backoff_multiplier: f64,
     retryable_status_codes: CodeSet,
+    per_attempt_recv_timeout: Option<Duration>,
 }
 
 impl RetryPolicy {
@@ -122,7 +148,20 @@ impl RetryPolicy {
             max_backoff,
             backoff_multiplier,
             retryable_status_codes,
+            per_attempt_recv_timeout: None,
         })
+    }
+
+    /// The same policy with a time limit per attempt (`perAttemptRecvTimeout`, as grpc-java
+    /// implements it); without one, only the call's deadline bounds an attempt.
+    pub fn with_per_attempt_recv_timeout(mut self, limit: Duration) -> Self {
+        self.per_attempt_recv_timeout = Some(limit);
+        self
+    }
+
+    /// `perAttemptRecvTimeout`.
+    pub fn per_attempt_recv_timeout(&self) -> Option<Duration> {
+        self.per_attempt_recv_timeout
     }
 
     /// The attempts used: the requested value capped at 5.
@@ -186,7 +225,8 @@ impl HedgingPolicy {
     }
 }
 
-/// A6 `retryThrottling`: `maxTokens` in (0, 1000], `tokenRatio` > 0 with at most 3 decimals.
+/// A6 `retryThrottling`: `maxTokens` in (0, 1000], `tokenRatio` > 0, kept to 3 decimals (further
+/// decimals are truncated, as A6, grpc-java and gRPC C-core do).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RetryThrottling {
     max_tokens: u32,
@@ -194,21 +234,28 @@ pub struct RetryThrottling {
 }
 
 impl RetryThrottling {
-    /// Checks and builds the throttling parameters.
+    /// Checks and builds the throttling parameters; a ratio with more than 3 decimals is
+    /// truncated to 3 (0.5466 is 0.546).
     pub fn new(max_tokens: u32, token_ratio: f64) -> Result<Self, ConfigError> {
         if !(1..=1000).contains(&max_tokens) {
             return refuse("retryThrottling.maxTokens", "must be in (0, 1000]");
         }
-        let milli = token_ratio * 1000.0;
-        if !(token_ratio.is_finite() && token_ratio > 0.0) || milli > f64::from(u32::MAX) {
+        if !(token_ratio.is_finite() && token_ratio > 0.0)
+            || token_ratio * 1000.0 > f64::from(u32::MAX)
+        {
             return refuse("retryThrottling.tokenRatio", "must be greater than 0");
         }
-        if (milli - milli.round()).abs() > 1e-6 || milli.round() < 1.0 {
-            return refuse("retryThrottling.tokenRatio", "must have at most 3 decimals");
+        // A hair of tolerance so that 0.1 (0.1000000000000000055...) stays 100 thousandths.
+        let milli = (token_ratio * 1000.0 + 1e-9).floor();
+        if milli < 1.0 {
+            return refuse(
+                "retryThrottling.tokenRatio",
+                "is 0 once truncated to 3 decimals; it must be at least 0.001",
+            );
         }
         Ok(Self {
             max_tokens,
-            token_ratio_milli: milli.round() as u32,
+            token_ratio_milli: milli as u32,
         })
     }
 
@@ -235,25 +282,32 @@ impl ServiceConfig {
     pub fn from_json(value: &Value) -> Result<Self, ConfigError> {
         let root = object(value, "$")?;
         let mut config = ServiceConfig::default();
+        let mut fields = Fields::new(root, "$", &mut config.portability);
         let mut seen = HashSet::new();
-        if let Some(entries) = root.get("methodConfig") {
-            let entries = array(entries, "$.methodConfig")?;
-            for (i, entry) in entries.iter().enumerate() {
-                let path = format!("$.methodConfig[{i}]");
-                config
-                    .method_configs
-                    .push(parse_method_config(entry, &path, &mut seen)?);
+        let method_configs = fields.take("methodConfig");
+        let throttling = fields.take("retryThrottling");
+        config.other_fields = fields.rest();
+        if let Some((entries, path)) = method_configs {
+            for (i, entry) in array(entries, &path)?.iter().enumerate() {
+                let entry_path = format!("{path}[{i}]");
+                let entry =
+                    parse_method_config(entry, &entry_path, &mut seen, &mut config.portability)?;
+                config.method_configs.push(entry);
             }
         }
-        if let Some(throttling) = root.get("retryThrottling") {
-            config.retry_throttling = Some(parse_throttling(throttling)?);
+        if let Some((throttling, path)) = throttling {
+            config.retry_throttling = Some(parse_throttling(
+                throttling,
+                &path,
+                &mut config.portability,
+            )?);
         }
         Ok(config)
     }
 
     /// The standard JSON of this config.
     pub fn to_json(&self) -> Value {
-        let mut root = Map::new();
+        let mut root = self.other_fields.clone();
         if !self.method_configs.is_empty() {
             let entries = self.method_configs.iter().map(emit_method_config).collect();
             root.insert("methodConfig".into(), Value::Array(entries));
@@ -307,15 +361,26 @@ fn string<'a>(value: &'a Value, path: &str) -> Result<&'a str, ConfigError> {
         .map_or_else(|| refuse(path, "must be a string"), Ok)
 }
 
+/// One `methodConfig` entry. An entry that names nothing (no `name`, or an empty list) is kept
+/// but covers no call, as grpc-go and grpc-java skip it.
 fn parse_method_config(
     value: &Value,
     path: &str,
     seen: &mut HashSet<MethodName>,
+    notes: &mut Vec<PortabilityNote>,
 ) -> Result<MethodConfig, ConfigError> {
     let entry = object(value, path)?;
+    let mut fields = Fields::new(entry, path, notes);
+    let name_list = fields.take("name");
+    let timeout = fields.take("timeout");
+    let wait_for_ready = fields.take("waitForReady");
+    let max_request = fields.take("maxRequestMessageBytes");
+    let max_response = fields.take("maxResponseMessageBytes");
+    let retry = fields.take("retryPolicy");
+    let hedging = fields.take("hedgingPolicy");
+    let other_fields = fields.rest();
     let mut names = Vec::new();
-    if let Some(list) = entry.get("name") {
-        let list_path = format!("{path}.name");
+    if let Some((list, list_path)) = name_list {
         for (j, name) in array(list, &list_path)?.iter().enumerate() {
             let name_path = format!("{list_path}[{j}]");
             let name = parse_name(name, &name_path)?;
@@ -326,22 +391,28 @@ fn parse_method_config(
         }
     }
     if names.is_empty() {
-        return refuse(
-            &format!("{path}.name"),
-            "must name at least one service or method",
-        );
+        // Kept, so that every entry keeps its index in the JSON; it covers no call.
+        notes.push(PortabilityNote {
+            path: format!("{path}.name"),
+            message: "names no method, so the entry applies to nothing (grpc-go and grpc-java \
+                      skip it)"
+                .to_owned(),
+        });
     }
-    let timeout = entry
-        .get("timeout")
-        .map(|t| positive_duration(t, &format!("{path}.timeout")))
+    let timeout = timeout.map(|(t, p)| duration(t, &p, notes)).transpose()?;
+    let wait_for_ready = wait_for_ready
+        .map(|(v, p)| {
+            v.as_bool()
+                .map_or_else(|| refuse(&p, "must be true or false"), Ok)
+        })
         .transpose()?;
-    let retry_policy = entry
-        .get("retryPolicy")
-        .map(|p| parse_retry_policy(p, &format!("{path}.retryPolicy")))
+    let max_request_message_bytes = max_request.map(|(v, p)| byte_count(v, &p)).transpose()?;
+    let max_response_message_bytes = max_response.map(|(v, p)| byte_count(v, &p)).transpose()?;
+    let retry_policy = retry
+        .map(|(p, path)| parse_retry_policy(p, &path, notes))
         .transpose()?;
-    let hedging_policy = entry
-        .get("hedgingPolicy")
-        .map(|p| parse_hedging_policy(p, &format!("{path}.hedgingPolicy")))
+    let hedging_policy = hedging
+        .map(|(p, path)| parse_hedging_policy(p, &path, notes))
         .transpose()?;
     if retry_policy.is_some() && hedging_policy.is_some() {
         return refuse(
@@ -352,8 +423,85 @@ fn parse_method_config(
     Ok(MethodConfig {
         names,
         timeout,
+        wait_for_ready,
+        max_request_message_bytes,
+        max_response_message_bytes,
         retry_policy,
         hedging_policy,
+        other_fields,
+    })
+}
+
+/// The fields of one JSON object, looked up by their A6 names: an exact match first, else a key
+/// that differs only in case, which grpc-go's JSON decoder matches (and so applies) while
+/// grpc-java and C-core ignore it. Accepting it here means an owner check sees a retry policy
+/// that grpc-go would run; the note says who differs.
+struct Fields<'a, 'n> {
+    object: &'a Map<String, Value>,
+    path: &'a str,
+    taken: HashSet<&'a str>,
+    notes: &'n mut Vec<PortabilityNote>,
+}
+
+impl<'a, 'n> Fields<'a, 'n> {
+    fn new(
+        object: &'a Map<String, Value>,
+        path: &'a str,
+        notes: &'n mut Vec<PortabilityNote>,
+    ) -> Self {
+        Self {
+            object,
+            path,
+            taken: HashSet::new(),
+            notes,
+        }
+    }
+
+    /// The value of field `name` and its JSON path.
+    fn take(&mut self, name: &str) -> Option<(&'a Value, String)> {
+        let (key, value) = match self.object.get_key_value(name) {
+            Some(found) => found,
+            None => {
+                let (key, value) = self
+                    .object
+                    .iter()
+                    .find(|(key, _)| key.eq_ignore_ascii_case(name))?;
+                self.notes.push(PortabilityNote {
+                    path: format!("{}.{key}", self.path),
+                    message: format!(
+                        "is read as \"{name}\" here and by grpc-go, whose JSON decoder ignores case; \
+                         grpc-java and gRPC C-core ignore it"
+                    ),
+                });
+                (key, value)
+            }
+        };
+        self.taken.insert(key.as_str());
+        Some((value, format!("{}.{name}", self.path)))
+    }
+
+    /// The fields not taken, as they were.
+    fn rest(self) -> Map<String, Value> {
+        self.object
+            .iter()
+            .filter(|(key, _)| !self.taken.contains(key.as_str()))
+            .map(|(key, value)| (key.clone(), value.clone()))
+            .collect()
+    }
+}
+
+/// A non-negative whole number of bytes.
+fn byte_count(value: &Value, path: &str) -> Result<u64, ConfigError> {
+    whole_number(value).map_or_else(|| refuse(path, "must be a non-negative integer"), Ok)
+}
+
+/// A JSON number that is a whole non-negative number, written `10` or `10.0`.
+fn whole_number(value: &Value) -> Option<u64> {
+    value.as_u64().or_else(|| {
+        value
+            .as_f64()
+            .filter(|f| *f >= 0.0 && f.fract() == 0.0 && *f <= u64::MAX as f64)
+            .map(|f| f as u64)
     })
 }
 
@@ -387,14 +535,19 @@ fn max_attempts(policy: &Map<String, Value>, path: &str) -> Result<u32, ConfigEr
     let value = policy
         .get("maxAttempts")
         .map_or_else(|| refuse(&path, "is required"), Ok)?;
-    match value.as_u64() {
+    match whole_number(value) {
         Some(n) if n >= 2 => Ok(u32::try_from(n).unwrap_or(u32::MAX)),
         Some(_) => refuse(&path, "must be at least 2"),
         None => refuse(&path, "must be an integer of at least 2"),
     }
 }
 
-fn status_codes(value: Option<&Value>, path: &str, required: bool) -> Result<CodeSet, ConfigError> {
+fn status_codes(
+    value: Option<&Value>,
+    path: &str,
+    required: bool,
+    notes: &mut Vec<PortabilityNote>,
+) -> Result<CodeSet, ConfigError> {
     let Some(value) = value else {
         return if required {
             refuse(path, "is required")
@@ -410,7 +563,20 @@ fn status_codes(value: Option<&Value>, path: &str, required: bool) -> Result<Cod
     for (k, code) in list.iter().enumerate() {
         let code_path = format!("{path}[{k}]");
         let parsed = match code {
-            Value::String(name) => parse_code(name),
+            Value::String(name) => {
+                let parsed = parse_code(name);
+                if parsed.is_some_and(|code| code_name(code) != name) {
+                    notes.push(PortabilityNote {
+                        path: code_path.clone(),
+                        message: format!(
+                            "\"{name}\" is read as {} here and by gRPC C-core (A6 names are \
+                             case-insensitive); grpc-go and grpc-java refuse the whole config",
+                            parsed.map(code_name).unwrap_or_default()
+                        ),
+                    });
+                }
+                parsed
+            }
             Value::Number(n) => n
                 .as_u64()
                 .filter(|n| *n <= 16)
@@ -426,7 +592,11 @@ fn status_codes(value: Option<&Value>, path: &str, required: bool) -> Result<Cod
     Ok(set)
 }
 
-fn parse_retry_policy(value: &Value, path: &str) -> Result<RetryPolicy, ConfigError> {
+fn parse_retry_policy(
+    value: &Value,
+    path: &str,
+    notes: &mut Vec<PortabilityNote>,
+) -> Result<RetryPolicy, ConfigError> {
     let policy = object(value, path)?;
     let field = |name: &str| (policy.get(name), format!("{path}.{name}"));
     let max_attempts = max_attempts(policy, path)?;
@@ -434,11 +604,13 @@ fn parse_retry_policy(value: &Value, path: &str) -> Result<RetryPolicy, ConfigEr
     let initial = positive_duration(
         initial.map_or_else(|| refuse(&initial_path, "is required"), Ok)?,
         &initial_path,
+        notes,
     )?;
     let (max, max_path) = field("maxBackoff");
     let max = positive_duration(
         max.map_or_else(|| refuse(&max_path, "is required"), Ok)?,
         &max_path,
+        notes,
     )?;
     let (multiplier, multiplier_path) = field("backoffMultiplier");
     let multiplier = multiplier.and_then(Value::as_f64).map_or_else(
@@ -449,24 +621,39 @@ fn parse_retry_policy(value: &Value, path: &str) -> Result<RetryPolicy, ConfigEr
         return refuse(&multiplier_path, "must be greater than 0");
     }
     let (codes, codes_path) = field("retryableStatusCodes");
-    let codes = status_codes(codes, &codes_path, true)?;
-    RetryPolicy::new(max_attempts, initial, max, multiplier, codes).map_err(|e| ConfigError {
-        path: path.to_owned(),
-        message: e.message,
+    let codes = status_codes(codes, &codes_path, true, notes)?;
+    let (per_attempt, per_attempt_path) = field("perAttemptRecvTimeout");
+    let per_attempt = per_attempt
+        .map(|d| positive_duration(d, &per_attempt_path, notes))
+        .transpose()?;
+    let policy = RetryPolicy::new(max_attempts, initial, max, multiplier, codes).map_err(|e| {
+        ConfigError {
+            path: path.to_owned(),
+            message: e.message,
+        }
+    })?;
+    Ok(match per_attempt {
+        Some(limit) => policy.with_per_attempt_recv_timeout(limit),
+        None => policy,
     })
 }
 
-fn parse_hedging_policy(value: &Value, path: &str) -> Result<HedgingPolicy, ConfigError> {
+fn parse_hedging_policy(
+    value: &Value,
+    path: &str,
+    notes: &mut Vec<PortabilityNote>,
+) -> Result<HedgingPolicy, ConfigError> {
     let policy = object(value, path)?;
     let max_attempts_requested = max_attempts(policy, path)?;
     let hedging_delay = policy
         .get("hedgingDelay")
-        .map(|d| duration(d, &format!("{path}.hedgingDelay")))
+        .map(|d| duration(d, &format!("{path}.hedgingDelay"), notes))
         .transpose()?;
     let non_fatal_status_codes = status_codes(
         policy.get("nonFatalStatusCodes"),
         &format!("{path}.nonFatalStatusCodes"),
         false,
+        notes,
     )?;
     Ok(HedgingPolicy {
         max_attempts_requested,
@@ -475,18 +662,21 @@ fn parse_hedging_policy(value: &Value, path: &str) -> Result<HedgingPolicy, Conf
     })
 }
 
-fn parse_throttling(value: &Value) -> Result<RetryThrottling, ConfigError> {
-    let path = "$.retryThrottling";
+fn parse_throttling(
+    value: &Value,
+    path: &str,
+    notes: &mut Vec<PortabilityNote>,
+) -> Result<RetryThrottling, ConfigError> {
     let throttling = object(value, path)?;
     let max_tokens = throttling
         .get("maxTokens")
         .map_or_else(|| refuse(&format!("{path}.maxTokens"), "is required"), Ok)?;
-    let max_tokens = match max_tokens.as_u64() {
+    let max_tokens = match whole_number(max_tokens) {
         Some(n) if (1..=1000).contains(&n) => n as u32,
         _ => {
             return refuse(
                 &format!("{path}.maxTokens"),
-                "must be an integer in (0, 1000]",
+                "must be a whole number in (0, 1000]",
             );
         }
     };
@@ -502,14 +692,35 @@ fn parse_throttling(value: &Value) -> Result<RetryThrottling, ConfigError> {
             },
             Ok,
         )?;
-    RetryThrottling::new(max_tokens, ratio).map_err(|e| ConfigError {
+    let parsed = RetryThrottling::new(max_tokens, ratio).map_err(|e| ConfigError {
         path: format!("$.{}", e.path),
         message: e.message,
-    })
+    })?;
+    if (f64::from(parsed.token_ratio_milli) / 1000.0 - ratio).abs() > 1e-9 {
+        notes.push(PortabilityNote {
+            path: format!("{path}.tokenRatio"),
+            message: format!(
+                "{ratio} is used as {} (truncated to 3 decimals, as A6, grpc-java and gRPC C-core \
+                 do)",
+                f64::from(parsed.token_ratio_milli) / 1000.0
+            ),
+        });
+    }
+    Ok(parsed)
 }
 
-/// A protobuf JSON duration: decimal seconds with up to 9 fractional digits and an `s` suffix.
-fn duration(value: &Value, path: &str) -> Result<Duration, ConfigError> {
+/// The largest protobuf `Duration`: 10,000 years of seconds.
+const MAX_DURATION_SECONDS: u64 = 315_576_000_000;
+
+/// A protobuf JSON duration: a decimal number of seconds with up to 9 fractional digits and an `s`
+/// suffix, within `google.protobuf.Duration`'s range. The spellings the reference clients' number
+/// parsers accept are accepted too (`+1s`, `.5s`, `1.s`), with a note; negative durations are
+/// refused, since no field here can use one.
+fn duration(
+    value: &Value,
+    path: &str,
+    notes: &mut Vec<PortabilityNote>,
+) -> Result<Duration, ConfigError> {
     let text = string(value, path)?;
     let malformed = || ConfigError {
         path: path.to_owned(),
@@ -518,21 +729,48 @@ fn duration(value: &Value, path: &str) -> Result<Duration, ConfigError> {
     let Some(number) = text.strip_suffix('s') else {
         return Err(malformed());
     };
-    let (whole, fraction) = number.split_once('.').unwrap_or((number, ""));
+    if number.starts_with('-') {
+        return refuse(path, "must not be negative");
+    }
+    let unsigned = number.strip_prefix('+').unwrap_or(number);
+    let (whole, fraction) = unsigned.split_once('.').unwrap_or((unsigned, ""));
     let digits = |s: &str| s.bytes().all(|b| b.is_ascii_digit());
-    if whole.is_empty() || !digits(whole) || !digits(fraction) || fraction.len() > 9 {
+    if (whole.is_empty() && fraction.is_empty())
+        || !digits(whole)
+        || !digits(fraction)
+        || fraction.len() > 9
+    {
         return Err(malformed());
     }
-    if number.contains('.') && fraction.is_empty() {
-        return Err(malformed());
+    let trailing_point = unsigned.contains('.') && fraction.is_empty();
+    if number.starts_with('+') || whole.is_empty() || trailing_point {
+        notes.push(PortabilityNote {
+            path: path.to_owned(),
+            message: format!(
+                "\"{text}\" is not in protobuf's canonical JSON form; it is read here as the \
+                 reference clients' number parsers read it, but a strict proto3 JSON parser \
+                 refuses it"
+            ),
+        });
     }
-    let seconds: u64 = whole.parse().map_err(|_| malformed())?;
+    let seconds: u64 = if whole.is_empty() {
+        0
+    } else {
+        whole.parse().map_err(|_| malformed())?
+    };
+    if seconds > MAX_DURATION_SECONDS {
+        return refuse(path, "is beyond the range of google.protobuf.Duration");
+    }
     let nanos: u32 = format!("{fraction:0<9}").parse().map_err(|_| malformed())?;
     Ok(Duration::new(seconds, nanos))
 }
 
-fn positive_duration(value: &Value, path: &str) -> Result<Duration, ConfigError> {
-    let parsed = duration(value, path)?;
+fn positive_duration(
+    value: &Value,
+    path: &str,
+    notes: &mut Vec<PortabilityNote>,
+) -> Result<Duration, ConfigError> {
+    let parsed = duration(value, path, notes)?;
     if parsed.is_zero() {
         return refuse(path, "must be positive");
     }
@@ -571,22 +809,32 @@ fn emit_method_config(entry: &MethodConfig) -> Value {
             MethodName::Method(m) => json!({ "service": m.service(), "method": m.method() }),
         })
         .collect();
-    let mut out = Map::new();
+    let mut out = entry.other_fields.clone();
     out.insert("name".into(), Value::Array(names));
     if let Some(timeout) = entry.timeout {
         out.insert("timeout".into(), emit_duration(timeout));
     }
+    if let Some(wait) = entry.wait_for_ready {
+        out.insert("waitForReady".into(), Value::Bool(wait));
+    }
+    if let Some(bytes) = entry.max_request_message_bytes {
+        out.insert("maxRequestMessageBytes".into(), json!(bytes));
+    }
+    if let Some(bytes) = entry.max_response_message_bytes {
+        out.insert("maxResponseMessageBytes".into(), json!(bytes));
+    }
     if let Some(p) = &entry.retry_policy {
-        out.insert(
-            "retryPolicy".into(),
-            json!({
-                "maxAttempts": p.max_attempts_requested,
-                "initialBackoff": emit_duration(p.initial_backoff),
-                "maxBackoff": emit_duration(p.max_backoff),
-                "backoffMultiplier": p.backoff_multiplier,
-                "retryableStatusCodes": emit_codes(p.retryable_status_codes),
-            }),
-        );
+        let mut policy = json!({
+            "maxAttempts": p.max_attempts_requested,
+            "initialBackoff": emit_duration(p.initial_backoff),
+            "maxBackoff": emit_duration(p.max_backoff),
+            "backoffMultiplier": p.backoff_multiplier,
+            "retryableStatusCodes": emit_codes(p.retryable_status_codes),
+        });
+        if let Some(limit) = p.per_attempt_recv_timeout {
+            policy["perAttemptRecvTimeout"] = emit_duration(limit);
+        }
+        out.insert("retryPolicy".into(), policy);
     }
     if let Some(h) = &entry.hedging_policy {
         let mut hedging = Map::new();

@@ -83,6 +83,9 @@ impl GrpcRetryOwnershipValidator {
                 message,
             })
         };
+        for note in &config.portability {
+            add(Severity::Warning, note.path.clone(), note.message.clone());
+        }
         for (i, entry) in config.method_configs.iter().enumerate() {
             let path = format!("$.methodConfig[{i}]");
             for (j, name) in entry.names.iter().enumerate() {

@@ -1,4 +1,5 @@
-//! Full jitter within its ceiling, and the server's pushback.
+//! gRFC A6's backoff (2024 revision): ±20% jitter around an exponential ceiling, and the
+//! server's pushback, which sets the next delay and restarts the sequence.
 
 use std::time::Duration;
 
@@ -39,11 +40,14 @@ fn ceilings_grow_by_the_multiplier_up_to_the_maximum() {
 }
 
 #[test]
-fn jitter_is_uniform_below_the_ceiling_and_deterministic_for_a_seed() {
-    assert_eq!(backoff().delay(3, &mut Fixed(0.0)), Duration::ZERO);
+fn jitter_is_uniform_within_twenty_percent_of_the_ceiling_and_deterministic_for_a_seed() {
+    assert_eq!(
+        backoff().delay(3, &mut Fixed(0.0)),
+        Duration::from_millis(320)
+    );
     assert_eq!(
         backoff().delay(3, &mut Fixed(0.5)),
-        Duration::from_millis(200)
+        Duration::from_millis(400)
     );
     let mut a = SplitMix64::from_seed(7);
     let mut b = SplitMix64::from_seed(7);
@@ -52,39 +56,64 @@ fn jitter_is_uniform_below_the_ceiling_and_deterministic_for_a_seed() {
         let retry = n % 5 + 1;
         let delay = backoff().delay(retry, &mut a);
         assert_eq!(delay, backoff().delay(retry, &mut b));
-        assert!(delay < backoff().ceiling(retry));
-        sum += delay.as_secs_f64() / backoff().ceiling(retry).as_secs_f64();
+        let fraction = delay.as_secs_f64() / backoff().ceiling(retry).as_secs_f64();
+        assert!((0.8..1.2).contains(&fraction), "{fraction} of the ceiling");
+        sum += fraction;
     }
     let mean = sum / 10_000.0;
-    assert!((0.47..0.53).contains(&mean), "mean fraction {mean}");
+    assert!((0.99..1.01).contains(&mean), "mean fraction {mean}");
 }
 
 #[test]
-fn pushback_overrides_jitter_and_bad_values_mean_do_not_retry() {
+fn pushback_is_a_signed_32_bit_decimal_and_bad_values_mean_do_not_retry() {
     let cases = [
         ("250", Pushback::RetryAfter(Duration::from_millis(250))),
         ("0", Pushback::RetryAfter(Duration::ZERO)),
+        ("+5", Pushback::RetryAfter(Duration::from_millis(5))),
+        (
+            "2147483647",
+            Pushback::RetryAfter(Duration::from_millis(2_147_483_647)),
+        ),
+        ("2147483648", Pushback::DoNotRetry),
         ("-1", Pushback::DoNotRetry),
-        ("+5", Pushback::DoNotRetry),
         ("1.5", Pushback::DoNotRetry),
         ("", Pushback::DoNotRetry),
+        (" 5", Pushback::DoNotRetry),
         ("soon", Pushback::DoNotRetry),
         ("99999999999999999999999", Pushback::DoNotRetry),
     ];
     for (value, expected) in cases {
         assert_eq!(parse_pushback(value), expected, "{value:?}");
     }
-    let mut random = Fixed(0.5);
+    assert_eq!(Pushback::from_values(std::iter::empty()), None);
     assert_eq!(
-        backoff().delay_with_pushback(1, Some(parse_pushback("250")), &mut random),
-        Some(Duration::from_millis(250))
+        Pushback::from_values(["10"].into_iter()),
+        Some(Pushback::RetryAfter(Duration::from_millis(10)))
     );
     assert_eq!(
-        backoff().delay_with_pushback(1, Some(Pushback::DoNotRetry), &mut random),
-        None
+        Pushback::from_values(["10", "10"].into_iter()),
+        Some(Pushback::DoNotRetry),
+        "more than one value means do not retry"
+    );
+}
+
+#[test]
+fn a_pushback_sets_the_next_delay_and_restarts_the_sequence() {
+    let mut random = Fixed(0.5); // the middle of the jitter: exactly the ceiling
+    let mut sequence = backoff().sequence();
+    let mut next = |pushback| sequence.next_delay(pushback, &mut random);
+    assert_eq!(next(None), Some(Duration::from_millis(100)));
+    assert_eq!(next(None), Some(Duration::from_millis(200)));
+    assert_eq!(next(None), Some(Duration::from_millis(400)));
+    assert_eq!(
+        next(Some(Pushback::RetryAfter(Duration::from_millis(7)))),
+        Some(Duration::from_millis(7))
     );
     assert_eq!(
-        backoff().delay_with_pushback(1, None, &mut random),
-        Some(Duration::from_millis(50))
+        next(None),
+        Some(Duration::from_millis(100)),
+        "after a pushback the sequence starts again at initialBackoff"
     );
+    assert_eq!(next(None), Some(Duration::from_millis(200)));
+    assert_eq!(next(Some(Pushback::DoNotRetry)), None);
 }

@@ -10,12 +10,13 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use grpc_core_api::{IdempotencyKey, LedgerDurability, REPLAYED_METADATA_KEY};
 use grpc_policy::{
     AttemptFacts, Backoff, Evidence, GrpcRetryBudget, GrpcRetryEligibility, GrpcRetryOwner,
-    MethodClass, RefusalReason, RetryPolicy, ServiceConfig, SplitMix64, Verdict, parse_pushback,
+    MethodClass, Pushback, RefusalReason, RetryPolicy, ServiceConfig, SplitMix64, Verdict,
 };
 use tonic::metadata::{AsciiMetadataValue, MetadataValue};
 use tonic::{Code, Request, Response, Status};
 
 use crate::IDEMPOTENCY_KEY_HEADER;
+use crate::transport::{TransportFailure, classify};
 
 /// What became of an operation whose outcome was unknown, as the user's resolver found out.
 #[derive(Debug)]
@@ -30,13 +31,15 @@ pub enum Resolution<R> {
     NotFound,
 }
 
-/// The status code the policy should judge. tonic reports its own client-side timeout as
-/// CANCELLED ("Timeout expired"); an attempt cancelled once its time limit had passed ran out of
-/// time, which is DEADLINE_EXCEEDED to the policy: its outcome is unknown, not abandoned.
-fn observed_code(status: &Status, elapsed: Duration, limit: Option<Duration>) -> Code {
-    match (status.code(), limit) {
-        (Code::Cancelled, Some(limit)) if elapsed >= limit => Code::DeadlineExceeded,
-        (code, _) => code,
+/// The status the caller is given once the call's deadline has passed: tonic reports the expiry
+/// of the timeout this executor set as CANCELLED ("Timeout expired"), and the executor's own timer
+/// ends an attempt without a status; both are the call running out of time, DEADLINE_EXCEEDED as
+/// every gRPC client reports it. A cancel from anywhere else is left alone.
+fn deadline_status(status: Status, timed_out: bool) -> Status {
+    if timed_out && matches!(status.code(), Code::Cancelled | Code::DeadlineExceeded) {
+        Status::deadline_exceeded("the call's deadline passed")
+    } else {
+        status
     }
 }
 
@@ -45,8 +48,11 @@ fn observed_code(status: &Status, elapsed: Duration, limit: Option<Duration>) ->
 pub struct ExecutorStats {
     /// Attempts sent.
     pub attempts: AtomicU64,
-    /// Attempts after the first.
+    /// Attempts after the first that counted toward `maxAttempts`.
     pub retries: AtomicU64,
+    /// Attempts resent because the one before provably never reached the server application
+    /// (transparent retries: no budget token, not counted toward `maxAttempts`).
+    pub transparent_retries: AtomicU64,
     /// Times the completion of an unknown outcome was resolved before deciding.
     pub resolved_first: AtomicU64,
     /// Answers that were replays of an earlier attempt's outcome.
@@ -81,9 +87,12 @@ pub struct RetrySettings {
     pub server_ledger: LedgerDurability,
     /// How many times a resolution that says "in progress" is asked again before giving up.
     pub max_resolutions: u32,
-    /// The time limit of one attempt (the service config's `timeout`); the call's own deadline
-    /// still bounds the whole call.
-    pub attempt_timeout: Option<Duration>,
+    /// The deadline of the whole call, every attempt and lookup included (the service config's
+    /// `timeout`); the call's deadline is the earlier of this and the caller's.
+    pub call_timeout: Option<Duration>,
+    /// A time limit for each attempt, only when asked for explicitly (the service config's
+    /// `perAttemptRecvTimeout`, as grpc-java implements it).
+    pub per_attempt_timeout: Option<Duration>,
 }
 
 impl RetrySettings {
@@ -95,12 +104,14 @@ impl RetrySettings {
         server_ledger: LedgerDurability,
     ) -> Option<Self> {
         let (_, entry) = config.entry_for(method)?;
+        let policy = entry.retry_policy.clone()?;
         Some(Self {
             owner,
-            policy: entry.retry_policy.clone()?,
             server_ledger,
             max_resolutions: 10,
-            attempt_timeout: entry.timeout,
+            call_timeout: entry.timeout,
+            per_attempt_timeout: policy.per_attempt_recv_timeout(),
+            policy,
         })
     }
 }
@@ -148,9 +159,13 @@ impl RetryExecutor {
     /// resending, a recorded failure is returned as it is, "in progress" is asked again after a
     /// delay, and "not found" resends with the same key (through the budget).
     ///
-    /// Attempts whose failure does not prove the request stayed in the process count as sent: a
-    /// transport error from tonic cannot tell "never written" from "written, then lost", and the
-    /// safe reading is the one that never duplicates.
+    /// The call's deadline is the earlier of `deadline` and the settings' `call_timeout`, counted
+    /// from now; it bounds every attempt (response body included) and every lookup, and when it
+    /// passes the caller gets DEADLINE_EXCEEDED. An attempt that provably never reached the
+    /// server application (the stream refused, or above a GOAWAY's last stream, or no connection
+    /// could be made) is resent once at once, whatever the method, without a budget token and
+    /// without counting toward `maxAttempts`. A connection that broke after the request was sent
+    /// is UNAVAILABLE with an unknown outcome, as grpc-go and gRPC C-core report it.
     pub async fn call<M, R, C, CF, S, SF>(
         &self,
         class: MethodClass,
@@ -168,8 +183,13 @@ impl RetryExecutor {
         SF: Future<Output = Result<Resolution<R>, Status>>,
     {
         let started = Instant::now();
+        let call_deadline = match (deadline, self.settings.call_timeout) {
+            (Some(a), Some(b)) => Some(started + a.min(b)),
+            (a, b) => a.or(b).map(|d| started + d),
+        };
+        let remaining = || call_deadline.map(|d| d.saturating_duration_since(Instant::now()));
         let retryable = self.settings.policy.retryable_status_codes();
-        let backoff = Backoff::of(&self.settings.policy);
+        let mut backoff = Backoff::of(&self.settings.policy).sequence();
         let key_value: Option<AsciiMetadataValue> =
             match key {
                 Some(key) => Some(key.expose().parse().map_err(|_| {
@@ -178,8 +198,8 @@ impl RetryExecutor {
                 None => None,
             };
         let mut sent_attempts = 0u32;
+        let mut transparent_retry_used = false;
         loop {
-            let remaining = deadline.map(|d| d.saturating_sub(started.elapsed()));
             let mut request = Request::new(message.clone());
             if let Some(value) = &key_value {
                 request
@@ -191,19 +211,18 @@ impl RetryExecutor {
                     "grpc-previous-rpc-attempts",
                     MetadataValue::from(sent_attempts),
                 );
-                self.stats.retries.fetch_add(1, Ordering::Relaxed);
             }
-            let attempt_limit = match (remaining, self.settings.attempt_timeout) {
-                (Some(remaining), Some(limit)) => Some(remaining.min(limit)),
-                (remaining, limit) => remaining.or(limit),
+            let attempt_limit = match (remaining(), self.settings.per_attempt_timeout) {
+                (Some(left), Some(limit)) => Some(left.min(limit)),
+                (left, limit) => left.or(limit),
             };
             if let Some(limit) = attempt_limit {
+                // Tells the server (grpc-timeout); the timer below bounds the whole attempt.
                 request.set_timeout(limit);
             }
-            sent_attempts += 1;
             self.stats.attempts.fetch_add(1, Ordering::Relaxed);
-            let attempt_started = Instant::now();
-            let status = match call(request).await {
+            let (answer, timed_out) = within(attempt_limit, call(request)).await;
+            let status = match answer {
                 Ok(response) => {
                     self.budget.record_success();
                     if response.metadata().get(REPLAYED_METADATA_KEY).is_some() {
@@ -213,20 +232,52 @@ impl RetryExecutor {
                 }
                 Err(status) => status,
             };
-            let code = observed_code(&status, attempt_started.elapsed(), attempt_limit);
-            if retryable.contains(code) {
+            let failure = classify(&status);
+            let deadline_passed = call_deadline.is_some_and(|d| Instant::now() >= d);
+            let status = deadline_status(status, timed_out);
+            let status = match failure {
+                // grpc-go and C-core report a broken connection, and a stream refused or cut off
+                // by a GOAWAY, as UNAVAILABLE; tonic says UNKNOWN or INTERNAL (depending on its
+                // features), which no policy lists as retryable.
+                TransportFailure::ConnectionLost | TransportFailure::NotSent if !timed_out => {
+                    Status::unavailable(format!("transport failure: {}", status.message()))
+                }
+                _ => status,
+            };
+            if failure == TransportFailure::NotSent && !transparent_retry_used && !deadline_passed {
+                transparent_retry_used = true;
+                self.stats
+                    .transparent_retries
+                    .fetch_add(1, Ordering::Relaxed);
+                tracing::info!(
+                    attempt = sent_attempts + 1,
+                    code = ?status.code(),
+                    "retry decision: transparent retry, the attempt never reached the server application"
+                );
+                continue;
+            }
+            sent_attempts += 1;
+            if sent_attempts > 1 {
+                self.stats.retries.fetch_add(1, Ordering::Relaxed);
+            }
+            let code = status.code();
+            let pushback = Pushback::from_values(
+                status
+                    .metadata()
+                    .get_all("grpc-retry-pushback-ms")
+                    .iter()
+                    .map(|v| v.to_str().unwrap_or("")),
+            );
+            // A6 throttling counts a retryable status, and a pushback that says stop, as failures.
+            if retryable.contains(code) || pushback == Some(Pushback::DoNotRetry) {
                 self.budget.record_failure();
             }
-            let pushback = status
-                .metadata()
-                .get("grpc-retry-pushback-ms")
-                .map(|v| parse_pushback(v.to_str().unwrap_or("")));
             let next_backoff = {
                 let mut random = self.random.lock().unwrap_or_else(|p| p.into_inner());
-                backoff.delay_with_pushback(sent_attempts, pushback, &mut *random)
+                backoff.next_delay(pushback, &mut *random)
             };
             let Some(next_backoff) = next_backoff else {
-                tracing::info!(code = ?status.code(), "server pushback says do not retry");
+                tracing::info!(code = ?code, "retry decision: the server's pushback says do not retry");
                 return Err(status);
             };
             let facts = AttemptFacts {
@@ -239,7 +290,7 @@ impl RetryExecutor {
                 ledger: self.settings.server_ledger,
                 sent_attempts,
                 max_attempts: self.settings.policy.max_attempts(),
-                remaining_deadline: deadline.map(|d| d.saturating_sub(started.elapsed())),
+                remaining_deadline: remaining(),
                 next_backoff,
                 budget_allows: self.budget.allows_retry(),
             };
@@ -259,7 +310,7 @@ impl RetryExecutor {
                 }
                 Verdict::ResolveCompletionFirst => {
                     self.stats.resolved_first.fetch_add(1, Ordering::Relaxed);
-                    match self.resolve(&mut resolve, started, deadline).await? {
+                    match self.resolve(&mut resolve, call_deadline).await? {
                         Some(response) => return Ok(response),
                         None if self.budget.allows_retry() => {
                             tracing::info!(
@@ -277,19 +328,29 @@ impl RetryExecutor {
         }
     }
 
-    /// Asks what became of the operation; `Some` is the final answer, `None` means resend.
+    /// Asks what became of the operation; `Some` is the final answer, `None` means resend. Every
+    /// lookup is bounded by the call's deadline.
     async fn resolve<R, S, SF>(
         &self,
         resolve: &mut S,
-        started: Instant,
-        deadline: Option<Duration>,
+        call_deadline: Option<Instant>,
     ) -> Result<Option<Response<R>>, Status>
     where
         S: FnMut() -> SF,
         SF: Future<Output = Result<Resolution<R>, Status>>,
     {
+        let left = || call_deadline.map(|d| d.saturating_duration_since(Instant::now()));
+        let out_of_time = || {
+            Status::deadline_exceeded(
+                "the call's deadline passed while its outcome was being looked up",
+            )
+        };
         for round in 0..self.settings.max_resolutions.max(1) {
-            let answer = match resolve().await {
+            let (answer, timed_out) = within(left(), resolve()).await;
+            if timed_out {
+                return Err(out_of_time());
+            }
+            let answer = match answer {
                 Ok(answer) => answer,
                 // The lookup itself failed on the way (the server restarting, say): the outcome
                 // is still unknown, so ask again rather than give up or resend.
@@ -297,12 +358,11 @@ impl RetryExecutor {
                     if matches!(
                         status.code(),
                         Code::Unavailable | Code::DeadlineExceeded | Code::Aborted
-                    ) =>
+                    ) || classify(&status) != TransportFailure::Other =>
                 {
                     let wait = Duration::from_millis(50 * (u64::from(round) + 1));
-                    let left = deadline.map(|d| d.saturating_sub(started.elapsed()));
-                    if left.is_some_and(|left| left < wait) {
-                        return Err(status);
+                    if left().is_some_and(|left| left < wait) {
+                        return Err(out_of_time());
                     }
                     tracing::info!(code = ?status.code(), ?wait, "the lookup failed; asking again");
                     tokio::time::sleep(wait).await;
@@ -326,8 +386,7 @@ impl RetryExecutor {
                 }
                 Resolution::NotFound => return Ok(None),
                 Resolution::InProgress(wait) => {
-                    let left = deadline.map(|d| d.saturating_sub(started.elapsed()));
-                    if left.is_some_and(|left| left < wait) {
+                    if left().is_some_and(|left| left < wait) {
                         return Err(Status::deadline_exceeded(
                             "the operation is still in progress at the deadline",
                         ));
@@ -340,5 +399,26 @@ impl RetryExecutor {
         Err(Status::aborted(
             "the operation stayed in progress; its outcome is unknown",
         ))
+    }
+}
+
+/// Runs `future` for at most `limit`; the flag says whether the limit ran out first.
+async fn within<T>(
+    limit: Option<Duration>,
+    future: impl Future<Output = Result<T, Status>>,
+) -> (Result<T, Status>, bool) {
+    match limit {
+        None => (future.await, false),
+        Some(limit) => match tokio::time::timeout(limit, future).await {
+            Ok(answer) => {
+                // tonic's own timer (the grpc-timeout this executor set) fires as CANCELLED.
+                let expired = matches!(&answer, Err(s) if s.code() == Code::Cancelled && s.message().contains("Timeout expired"));
+                (answer, expired)
+            }
+            Err(_) => (
+                Err(Status::deadline_exceeded("the call's deadline passed")),
+                true,
+            ),
+        },
     }
 }

@@ -11,6 +11,7 @@
 mod caller;
 mod executor;
 mod guard;
+mod transport;
 
 pub use caller::{
     AuthenticatedPrincipal, AuthenticatedPrincipalExtractor, CallerExtractor,
@@ -18,6 +19,7 @@ pub use caller::{
 };
 pub use executor::{ExecutorStats, Resolution, RetryExecutor, RetrySettings};
 pub use guard::{Committed, GuardConfig, HandlerError, KeyedMutationGuard};
+pub use transport::{TransportFailure, classify as transport_failure};
 
 /// The request metadata that carries the caller's idempotency key, unless configured otherwise.
 pub const IDEMPOTENCY_KEY_HEADER: &str = "idempotency-key";

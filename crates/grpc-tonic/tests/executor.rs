@@ -2,6 +2,8 @@
 //! what it refuses.
 
 use std::collections::VecDeque;
+use std::future::Future;
+use std::sync::atomic::AtomicU32;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -26,7 +28,8 @@ fn executor(owner: GrpcRetryOwner, ledger: LedgerDurability) -> RetryExecutor {
         policy,
         server_ledger: ledger,
         max_resolutions: 3,
-        attempt_timeout: None,
+        call_timeout: None,
+        per_attempt_timeout: None,
     };
     RetryExecutor::new(
         settings,
@@ -263,4 +266,241 @@ async fn server_pushback_that_says_stop_is_obeyed() {
         .await
         .unwrap_err();
     assert_eq!(script.attempts(), 1);
+}
+
+fn executor_with(settings: impl FnOnce(&mut RetrySettings)) -> RetryExecutor {
+    let policy = RetryPolicy::new(
+        4,
+        Duration::from_millis(1),
+        Duration::from_millis(5),
+        2.0,
+        CodeSet::of(&[Code::Unavailable, Code::DeadlineExceeded]),
+    )
+    .unwrap();
+    let mut values = RetrySettings {
+        owner: GrpcRetryOwner::Channel,
+        policy,
+        server_ledger: LedgerDurability::Durable,
+        max_resolutions: 3,
+        call_timeout: None,
+        per_attempt_timeout: None,
+    };
+    settings(&mut values);
+    RetryExecutor::new(
+        values,
+        Arc::new(GrpcRetryBudget::new(
+            &RetryThrottling::new(10, 0.1).unwrap(),
+        )),
+    )
+}
+
+/// One attempt's answer, as a boxed future.
+type Answer = std::pin::Pin<Box<dyn Future<Output = Result<Response<String>, Status>> + Send>>;
+
+/// An attempt that takes `delay(n)` for the n-th attempt, then answers; counts attempts.
+fn slow(
+    attempts: &AtomicU32,
+    delay: impl Fn(u32) -> Duration,
+) -> impl FnMut(Request<u32>) -> Answer {
+    move |_request| {
+        let n = attempts.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let delay = delay(n);
+        Box::pin(async move {
+            tokio::time::sleep(delay).await;
+            Ok(Response::new(format!("attempt {n}")))
+        })
+    }
+}
+
+/// The service config's `timeout` is the deadline of the whole call (grpc-go wraps the call in
+/// it): one slow attempt, then DEADLINE_EXCEEDED, never a retry of 0.1 s attempts.
+#[tokio::test]
+async fn the_config_timeout_bounds_the_whole_call_and_the_caller_gets_deadline_exceeded() {
+    let attempts = AtomicU32::new(0);
+    let executor = executor_with(|s| s.call_timeout = Some(Duration::from_millis(100)));
+    let status = executor
+        .call(
+            MethodClass::Idempotent,
+            7u32,
+            None,
+            None,
+            slow(&attempts, |_| Duration::from_secs(1)),
+            no_resolver(),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::DeadlineExceeded);
+    assert_eq!(attempts.load(std::sync::atomic::Ordering::SeqCst), 1);
+}
+
+/// The caller's deadline and the config's timeout: the earlier one wins.
+#[tokio::test]
+async fn the_earlier_of_the_callers_deadline_and_the_config_timeout_wins() {
+    let attempts = AtomicU32::new(0);
+    let executor = executor_with(|s| s.call_timeout = Some(Duration::from_secs(30)));
+    let status = executor
+        .call(
+            MethodClass::Idempotent,
+            7u32,
+            None,
+            Some(Duration::from_millis(80)),
+            slow(&attempts, |_| Duration::from_secs(1)),
+            no_resolver(),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::DeadlineExceeded);
+    assert_eq!(attempts.load(std::sync::atomic::Ordering::SeqCst), 1);
+}
+
+/// A per-attempt limit exists only when asked for (`perAttemptRecvTimeout`): a slow first attempt
+/// is cut off and retried within the call's deadline.
+#[tokio::test]
+async fn a_per_attempt_limit_cuts_a_slow_attempt_and_retries_it() {
+    let attempts = AtomicU32::new(0);
+    let executor = executor_with(|s| {
+        s.call_timeout = Some(Duration::from_secs(5));
+        s.per_attempt_timeout = Some(Duration::from_millis(50));
+    });
+    let answer = executor
+        .call(
+            MethodClass::Idempotent,
+            7u32,
+            None,
+            None,
+            slow(&attempts, |n| {
+                if n == 0 {
+                    Duration::from_secs(2)
+                } else {
+                    Duration::ZERO
+                }
+            }),
+            no_resolver(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(answer.get_ref(), "attempt 1");
+}
+
+/// Only a cancel that came from the executor's own timer is rewritten: a server's CANCELLED is
+/// returned as it is.
+#[tokio::test]
+async fn a_cancel_from_elsewhere_is_not_rewritten() {
+    let script = Script::new(vec![Err(Status::cancelled("the server gave up"))]);
+    let executor = executor_with(|s| s.call_timeout = Some(Duration::from_secs(5)));
+    let status = executor
+        .call(
+            MethodClass::Idempotent,
+            7u32,
+            None,
+            None,
+            script.call(),
+            no_resolver(),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::Cancelled);
+    assert_eq!(status.message(), "the server gave up");
+}
+
+/// The deadline also bounds the lookup of an unknown outcome.
+#[tokio::test]
+async fn the_deadline_bounds_the_lookups_of_an_unknown_outcome() {
+    let script = Script::new(vec![Err(Status::unavailable("lost"))]);
+    let executor = executor_with(|s| s.call_timeout = Some(Duration::from_millis(100)));
+    let key = IdempotencyKey::parse("k-lookup").unwrap();
+    let status = executor
+        .call(
+            MethodClass::KeyedMutation,
+            7u32,
+            Some(&key),
+            None,
+            script.call(),
+            std::future::pending::<Result<Resolution<String>, Status>>,
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::DeadlineExceeded);
+    assert_eq!(
+        script.attempts(),
+        1,
+        "never resent while the outcome is unknown"
+    );
+}
+
+/// More than one `grpc-retry-pushback-ms` value means do not retry, and that answer costs a
+/// budget token even though its status is not retryable (A6 counts it as a failure).
+#[tokio::test]
+async fn repeated_pushback_values_stop_retries_and_count_against_the_budget() {
+    let mut status = Status::unavailable("busy");
+    status
+        .metadata_mut()
+        .append("grpc-retry-pushback-ms", "10".parse().unwrap());
+    status
+        .metadata_mut()
+        .append("grpc-retry-pushback-ms", "10".parse().unwrap());
+    let script = Script::new(vec![Err(status)]);
+    let budget = Arc::new(GrpcRetryBudget::new(
+        &RetryThrottling::new(10, 0.1).unwrap(),
+    ));
+    let executor = RetryExecutor::new(
+        RetrySettings {
+            owner: GrpcRetryOwner::Channel,
+            policy: RetryPolicy::new(
+                4,
+                Duration::from_millis(1),
+                Duration::from_millis(5),
+                2.0,
+                CodeSet::of(&[Code::Aborted]),
+            )
+            .unwrap(),
+            server_ledger: LedgerDurability::Durable,
+            max_resolutions: 3,
+            call_timeout: None,
+            per_attempt_timeout: None,
+        },
+        Arc::clone(&budget),
+    );
+    let answer = executor
+        .call(
+            MethodClass::Idempotent,
+            7u32,
+            None,
+            None,
+            script.call(),
+            no_resolver(),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(answer.code(), Code::Unavailable);
+    assert_eq!(script.attempts(), 1);
+    assert_eq!(
+        budget.milli_tokens(),
+        9_000,
+        "the stop counted as a failure"
+    );
+}
+
+/// A valid pushback (here `+5`, a signed decimal) sets the delay of the next retry.
+#[tokio::test]
+async fn a_signed_pushback_is_obeyed() {
+    let mut status = Status::unavailable("busy");
+    status
+        .metadata_mut()
+        .insert("grpc-retry-pushback-ms", "+5".parse().unwrap());
+    let script = Script::new(vec![Err(status), Ok("done")]);
+    let executor = executor_with(|_| {});
+    let answer = executor
+        .call(
+            MethodClass::Idempotent,
+            7u32,
+            None,
+            None,
+            script.call(),
+            no_resolver(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(answer.get_ref(), "done");
+    assert_eq!(script.attempts(), 2);
 }

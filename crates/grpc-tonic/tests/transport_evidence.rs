@@ -1,0 +1,315 @@
+//! What tonic's transport errors prove, pinned against raw HTTP/2 servers (the `h2` crate) and a
+//! real `tonic::transport::Channel`: a refused stream, a stream above a GOAWAY's last stream and a
+//! refused connection never reached the server application; a server that dies mid-call leaves
+//! the outcome unknown. A tonic, hyper or h2 upgrade that changes these shapes fails here, before
+//! it silently changes what the executor retries.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use grpc_core_api::{IdempotencyKey, LedgerDurability};
+use grpc_policy::{
+    CodeSet, GrpcRetryBudget, GrpcRetryOwner, MethodClass, RetryPolicy, RetryThrottling,
+};
+use grpc_tonic::{Resolution, RetryExecutor, RetrySettings, TransportFailure, transport_failure};
+use http::HeaderMap;
+use http::uri::PathAndQuery;
+use tokio::net::{TcpListener, TcpStream};
+use tonic::{Code, Request, Response, Status};
+
+/// The request and response message of the tests: one string.
+#[derive(Clone, PartialEq, prost::Message)]
+struct Note {
+    #[prost(string, tag = "1")]
+    text: String,
+}
+
+/// What a raw server does with the n-th stream it is offered (counting from 0).
+#[derive(Clone, Copy)]
+enum Behaviour {
+    /// RST_STREAM(REFUSED_STREAM).
+    Refuse,
+    /// A normal gRPC answer, OK.
+    Answer,
+    /// Reads the request, then drops the whole connection without answering.
+    DieMidCall,
+}
+
+/// A raw HTTP/2 server on loopback; `script(n)` decides what happens to stream `n`. Returns the
+/// address and the number of streams it was offered.
+async fn raw_server(script: fn(u32) -> Behaviour) -> (SocketAddr, Arc<AtomicU32>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let streams = Arc::new(AtomicU32::new(0));
+    let seen = Arc::clone(&streams);
+    tokio::spawn(async move {
+        loop {
+            let Ok((tcp, _)) = listener.accept().await else {
+                return;
+            };
+            let seen = Arc::clone(&seen);
+            tokio::spawn(async move {
+                let Ok(mut connection) = h2::server::handshake(tcp).await else {
+                    return;
+                };
+                while let Some(Ok((request, mut respond))) = connection.accept().await {
+                    let n = seen.fetch_add(1, Ordering::SeqCst);
+                    match script(n) {
+                        Behaviour::Refuse => respond.send_reset(h2::Reason::REFUSED_STREAM),
+                        Behaviour::Answer => {
+                            let response = http::Response::builder()
+                                .header("content-type", "application/grpc")
+                                .body(())
+                                .unwrap();
+                            let mut body = respond.send_response(response, false).unwrap();
+                            let message = prost::Message::encode_to_vec(&Note {
+                                text: format!("answer {n}"),
+                            });
+                            let mut frame = vec![0u8];
+                            frame.extend_from_slice(&(message.len() as u32).to_be_bytes());
+                            frame.extend_from_slice(&message);
+                            body.send_data(Bytes::from(frame), false).unwrap();
+                            let mut trailers = HeaderMap::new();
+                            trailers.insert("grpc-status", "0".parse().unwrap());
+                            body.send_trailers(trailers).unwrap();
+                        }
+                        Behaviour::DieMidCall => {
+                            let mut body = request.into_body();
+                            let _ = body.data().await;
+                            // Dropping the connection closes the socket under the call.
+                            return;
+                        }
+                    }
+                }
+            });
+        }
+    });
+    (addr, streams)
+}
+
+/// One unary call on a real tonic Channel.
+async fn call(addr: SocketAddr) -> Result<Response<Note>, Status> {
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect_lazy();
+    unary(channel, Request::new(Note { text: "hi".into() })).await
+}
+
+async fn unary(
+    channel: tonic::transport::Channel,
+    request: Request<Note>,
+) -> Result<Response<Note>, Status> {
+    let mut grpc = tonic::client::Grpc::new(channel);
+    grpc.ready()
+        .await
+        .map_err(|e| Status::unavailable(e.to_string()))?;
+    grpc.unary(
+        request,
+        PathAndQuery::from_static("/notes.v1.Notes/Write"),
+        tonic_prost::ProstCodec::<Note, Note>::default(),
+    )
+    .await
+}
+
+/// The errors in `status`'s source chain, by type name, for the pins below.
+fn chain_has<E: std::error::Error + 'static>(status: &Status, check: impl Fn(&E) -> bool) -> bool {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(status);
+    while let Some(error) = cause {
+        if error.downcast_ref::<E>().is_some_and(&check) {
+            return true;
+        }
+        cause = error.source();
+    }
+    false
+}
+
+#[tokio::test]
+async fn a_refused_stream_never_reached_the_application() {
+    let (addr, _) = raw_server(|_| Behaviour::Refuse).await;
+    let status = call(addr).await.unwrap_err();
+    assert!(
+        chain_has::<h2::Error>(&status, |e| e.is_remote()
+            && e.is_reset()
+            && e.reason() == Some(h2::Reason::REFUSED_STREAM)),
+        "the shape changed: {status:?}"
+    );
+    assert_eq!(status.code(), Code::Unavailable);
+    assert_eq!(transport_failure(&status), TransportFailure::NotSent);
+}
+
+#[tokio::test]
+async fn a_refused_connection_never_reached_the_server() {
+    let addr = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap()
+    };
+    let status = call(addr).await.unwrap_err();
+    assert!(
+        chain_has::<tonic::ConnectError>(&status, |_| true),
+        "the shape changed: {status:?}"
+    );
+    assert_eq!(status.code(), Code::Unavailable);
+    assert_eq!(transport_failure(&status), TransportFailure::NotSent);
+}
+
+/// GOAWAY with last-stream-id 0 while the client's stream 1 is already in the server's socket:
+/// the stream is above the last one the server will process.
+#[tokio::test]
+async fn a_stream_above_the_goaway_never_reached_the_application() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let (tcp, _) = listener.accept().await.unwrap();
+        wait_for_headers_frame(&tcp).await;
+        let mut connection = h2::server::handshake(tcp).await.unwrap();
+        connection.abrupt_shutdown(h2::Reason::NO_ERROR);
+        while connection.accept().await.is_some() {}
+        std::future::pending::<()>().await;
+    });
+    let status = call(addr).await.unwrap_err();
+    assert!(
+        chain_has::<h2::Error>(&status, |e| e.is_go_away() && e.is_remote()),
+        "the shape changed: {status:?}"
+    );
+    assert_eq!(transport_failure(&status), TransportFailure::NotSent);
+}
+
+/// Waits until the client's first HEADERS frame is in the socket, without reading it.
+async fn wait_for_headers_frame(tcp: &TcpStream) {
+    let mut buf = [0u8; 4096];
+    loop {
+        let n = tcp.peek(&mut buf).await.unwrap();
+        let mut i = 24; // the client connection preface
+        while i + 9 <= n {
+            let len = u32::from_be_bytes([0, buf[i], buf[i + 1], buf[i + 2]]) as usize;
+            if buf[i + 3] == 0x1 {
+                return;
+            }
+            i += 9 + len;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_server_dying_mid_call_leaves_the_outcome_unknown() {
+    let (addr, _) = raw_server(|_| Behaviour::DieMidCall).await;
+    let status = call(addr).await.unwrap_err();
+    assert!(
+        chain_has::<std::io::Error>(&status, |_| true),
+        "the shape changed: {status:?}"
+    );
+    assert_ne!(
+        status.code(),
+        Code::Unavailable,
+        "tonic still reports a dead server as something no policy retries"
+    );
+    assert_eq!(transport_failure(&status), TransportFailure::ConnectionLost);
+}
+
+fn executor(retryable: &[Code]) -> RetryExecutor {
+    let policy = RetryPolicy::new(
+        3,
+        Duration::from_millis(1),
+        Duration::from_millis(5),
+        2.0,
+        CodeSet::of(retryable),
+    )
+    .unwrap();
+    RetryExecutor::new(
+        RetrySettings {
+            owner: GrpcRetryOwner::Channel,
+            policy,
+            server_ledger: LedgerDurability::Durable,
+            max_resolutions: 3,
+            call_timeout: Some(Duration::from_secs(10)),
+            per_attempt_timeout: None,
+        },
+        Arc::new(GrpcRetryBudget::new(
+            &RetryThrottling::new(10, 0.1).unwrap(),
+        )),
+    )
+}
+
+/// A refused stream is resent once at once, even for a method that is never retried and a policy
+/// that does not list the code: nothing reached the application.
+#[tokio::test]
+async fn the_executor_resends_a_refused_stream_once_transparently_whatever_the_method() {
+    let (addr, streams) = raw_server(|n| {
+        if n == 0 {
+            Behaviour::Refuse
+        } else {
+            Behaviour::Answer
+        }
+    })
+    .await;
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect_lazy();
+    let executor = executor(&[Code::Aborted]);
+    let answer = executor
+        .call(
+            MethodClass::NonIdempotent,
+            Note { text: "pay".into() },
+            None,
+            None,
+            |request| unary(channel.clone(), request),
+            || async { panic!("nothing to resolve") },
+        )
+        .await
+        .unwrap();
+    assert_eq!(answer.get_ref().text, "answer 1");
+    assert_eq!(streams.load(Ordering::SeqCst), 2);
+    let stats = executor.stats();
+    assert_eq!(stats.transparent_retries.load(Ordering::SeqCst), 1);
+    assert_eq!(
+        stats.retries.load(Ordering::SeqCst),
+        0,
+        "not a policy retry"
+    );
+}
+
+/// A keyed mutation whose server died mid-call has an unknown outcome: the executor asks what
+/// became of it before resending, with the same key.
+#[tokio::test]
+async fn a_keyed_mutation_cut_off_by_a_dead_server_is_resolved_first() {
+    let (addr, streams) = raw_server(|n| {
+        if n == 0 {
+            Behaviour::DieMidCall
+        } else {
+            Behaviour::Answer
+        }
+    })
+    .await;
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect_lazy();
+    let executor = executor(&[Code::Unavailable]);
+    let key = IdempotencyKey::parse("k-dead").unwrap();
+    let lookups = AtomicU32::new(0);
+    let answer = executor
+        .call(
+            MethodClass::KeyedMutation,
+            Note { text: "pay".into() },
+            Some(&key),
+            None,
+            |request| unary(channel.clone(), request),
+            || {
+                lookups.fetch_add(1, Ordering::SeqCst);
+                async { Ok::<_, Status>(Resolution::<Note>::NotFound) }
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        lookups.load(Ordering::SeqCst),
+        1,
+        "resolved before resending"
+    );
+    assert_eq!(answer.get_ref().text, "answer 1");
+    assert_eq!(streams.load(Ordering::SeqCst), 2);
+    assert_eq!(executor.stats().resolved_first.load(Ordering::SeqCst), 1);
+}
