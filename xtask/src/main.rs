@@ -90,7 +90,7 @@ fn test() -> Result<()> {
         &interrupted,
     )
     .context("clippy")?;
-    python_protobuf().context("installing Python's protobuf for the cross-library tests")?;
+    python_peers().context("installing the Python peers of the tests")?;
     let database = postgres::for_tests()?;
     eprintln!("xtask: tests use PostgreSQL at {}", database.redacted_url());
     // Property tests draw from a fixed seed, so a case that fails in CI fails the same way on a
@@ -145,21 +145,31 @@ fn through_pooler(
     .context("the contract suite through PgBouncer")
 }
 
-/// Makes sure Python's `protobuf` package is importable: a test fingerprints requests that a
-/// Python client serialised. Installs it from PyPI with pip when missing.
-fn python_protobuf() -> Result<()> {
-    let importable = || {
+/// The Python packages the tests use as real peers: `protobuf` (a test fingerprints requests a
+/// Python client serialised) and `grpcio` (gRPC C-core, the reference of the interop table).
+const PYTHON_PEERS: &[(&str, &str)] = &[("protobuf", "google.protobuf"), ("grpcio", "grpc")];
+
+/// Makes sure every package of [`PYTHON_PEERS`] is importable, installing the missing ones from
+/// PyPI with pip and saying so.
+fn python_peers() -> Result<()> {
+    let importable = |module: &str| {
         std::process::Command::new("python3")
-            .args(["-c", "import google.protobuf"])
+            .args(["-c", &format!("import {module}")])
             .output()
             .is_ok_and(|output| output.status.success())
     };
-    if importable() {
+    let missing: Vec<&str> = PYTHON_PEERS
+        .iter()
+        .filter(|(_, module)| !importable(module))
+        .map(|(package, _)| *package)
+        .collect();
+    if missing.is_empty() {
         return Ok(());
     }
     eprintln!(
-        "xtask: installing Python's `protobuf` package with pip (a test checks that requests \
-         serialised by Python clients get the same fingerprint as Rust ones)"
+        "xtask: installing Python packages {} with pip (real peers of the tests: requests \
+         serialised by Python's protobuf, and gRPC C-core's client as the retry reference)",
+        missing.join(", ")
     );
     let status = std::process::Command::new("python3")
         .args([
@@ -168,12 +178,16 @@ fn python_protobuf() -> Result<()> {
             "install",
             "--quiet",
             "--disable-pip-version-check",
-            "protobuf",
         ])
+        .args(&missing)
         .status()
         .context("running python3 -m pip (is python3 installed?)")?;
-    if !status.success() || !importable() {
-        bail!("`python3 -m pip install protobuf` did not make `google.protobuf` importable");
+    let still_missing = PYTHON_PEERS.iter().any(|(_, module)| !importable(module));
+    if !status.success() || still_missing {
+        bail!(
+            "`python3 -m pip install {}` did not make them importable",
+            missing.join(" ")
+        );
     }
     Ok(())
 }

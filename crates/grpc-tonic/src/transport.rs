@@ -2,8 +2,8 @@
 //! chain (tonic keeps the transport error behind the `Status` it builds).
 //!
 //! Only positive evidence counts. The shapes below were pinned against a raw HTTP/2 server in
-//! `tests/transport_evidence.rs`, so a tonic, hyper or h2 upgrade that changes them fails there
-//! instead of silently changing what is retried.
+//! `crates/grpc-interop-tests/tests/transport_evidence.rs`, so a tonic, hyper or h2 upgrade that
+//! changes them fails there instead of silently changing what is retried.
 
 use std::error::Error;
 use std::io::ErrorKind;

@@ -9,86 +9,14 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use bytes::Bytes;
 use grpc_core_api::{IdempotencyKey, LedgerDurability};
+use grpc_interop_tests::raw_h2::{Behaviour, Note, goaway_then, raw_server};
 use grpc_policy::{
     CodeSet, GrpcRetryBudget, GrpcRetryOwner, MethodClass, RetryPolicy, RetryThrottling,
 };
 use grpc_tonic::{Resolution, RetryExecutor, RetrySettings, TransportFailure, transport_failure};
-use http::HeaderMap;
 use http::uri::PathAndQuery;
-use tokio::net::{TcpListener, TcpStream};
 use tonic::{Code, Request, Response, Status};
-
-/// The request and response message of the tests: one string.
-#[derive(Clone, PartialEq, prost::Message)]
-struct Note {
-    #[prost(string, tag = "1")]
-    text: String,
-}
-
-/// What a raw server does with the n-th stream it is offered (counting from 0).
-#[derive(Clone, Copy)]
-enum Behaviour {
-    /// RST_STREAM(REFUSED_STREAM).
-    Refuse,
-    /// A normal gRPC answer, OK.
-    Answer,
-    /// Reads the request, then drops the whole connection without answering.
-    DieMidCall,
-}
-
-/// A raw HTTP/2 server on loopback; `script(n)` decides what happens to stream `n`. Returns the
-/// address and the number of streams it was offered.
-async fn raw_server(script: fn(u32) -> Behaviour) -> (SocketAddr, Arc<AtomicU32>) {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let streams = Arc::new(AtomicU32::new(0));
-    let seen = Arc::clone(&streams);
-    tokio::spawn(async move {
-        loop {
-            let Ok((tcp, _)) = listener.accept().await else {
-                return;
-            };
-            let seen = Arc::clone(&seen);
-            tokio::spawn(async move {
-                let Ok(mut connection) = h2::server::handshake(tcp).await else {
-                    return;
-                };
-                while let Some(Ok((request, mut respond))) = connection.accept().await {
-                    let n = seen.fetch_add(1, Ordering::SeqCst);
-                    match script(n) {
-                        Behaviour::Refuse => respond.send_reset(h2::Reason::REFUSED_STREAM),
-                        Behaviour::Answer => {
-                            let response = http::Response::builder()
-                                .header("content-type", "application/grpc")
-                                .body(())
-                                .unwrap();
-                            let mut body = respond.send_response(response, false).unwrap();
-                            let message = prost::Message::encode_to_vec(&Note {
-                                text: format!("answer {n}"),
-                            });
-                            let mut frame = vec![0u8];
-                            frame.extend_from_slice(&(message.len() as u32).to_be_bytes());
-                            frame.extend_from_slice(&message);
-                            body.send_data(Bytes::from(frame), false).unwrap();
-                            let mut trailers = HeaderMap::new();
-                            trailers.insert("grpc-status", "0".parse().unwrap());
-                            body.send_trailers(trailers).unwrap();
-                        }
-                        Behaviour::DieMidCall => {
-                            let mut body = request.into_body();
-                            let _ = body.data().await;
-                            // Dropping the connection closes the socket under the call.
-                            return;
-                        }
-                    }
-                }
-            });
-        }
-    });
-    (addr, streams)
-}
 
 /// One unary call on a real tonic Channel.
 async fn call(addr: SocketAddr) -> Result<Response<Note>, Status> {
@@ -159,39 +87,13 @@ async fn a_refused_connection_never_reached_the_server() {
 /// the stream is above the last one the server will process.
 #[tokio::test]
 async fn a_stream_above_the_goaway_never_reached_the_application() {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        let (tcp, _) = listener.accept().await.unwrap();
-        wait_for_headers_frame(&tcp).await;
-        let mut connection = h2::server::handshake(tcp).await.unwrap();
-        connection.abrupt_shutdown(h2::Reason::NO_ERROR);
-        while connection.accept().await.is_some() {}
-        std::future::pending::<()>().await;
-    });
+    let (addr, _) = goaway_then(|_| Behaviour::Answer).await;
     let status = call(addr).await.unwrap_err();
     assert!(
         chain_has::<h2::Error>(&status, |e| e.is_go_away() && e.is_remote()),
         "the shape changed: {status:?}"
     );
     assert_eq!(transport_failure(&status), TransportFailure::NotSent);
-}
-
-/// Waits until the client's first HEADERS frame is in the socket, without reading it.
-async fn wait_for_headers_frame(tcp: &TcpStream) {
-    let mut buf = [0u8; 4096];
-    loop {
-        let n = tcp.peek(&mut buf).await.unwrap();
-        let mut i = 24; // the client connection preface
-        while i + 9 <= n {
-            let len = u32::from_be_bytes([0, buf[i], buf[i + 1], buf[i + 2]]) as usize;
-            if buf[i + 3] == 0x1 {
-                return;
-            }
-            i += 9 + len;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
 }
 
 #[tokio::test]
@@ -261,7 +163,7 @@ async fn the_executor_resends_a_refused_stream_once_transparently_whatever_the_m
         )
         .await
         .unwrap();
-    assert_eq!(answer.get_ref().text, "answer 1");
+    assert_eq!(answer.get_ref(), &Note::default());
     assert_eq!(streams.load(Ordering::SeqCst), 2);
     let stats = executor.stats();
     assert_eq!(stats.transparent_retries.load(Ordering::SeqCst), 1);
@@ -309,7 +211,7 @@ async fn a_keyed_mutation_cut_off_by_a_dead_server_is_resolved_first() {
         1,
         "resolved before resending"
     );
-    assert_eq!(answer.get_ref().text, "answer 1");
+    assert_eq!(answer.get_ref(), &Note::default());
     assert_eq!(streams.load(Ordering::SeqCst), 2);
     assert_eq!(executor.stats().resolved_first.load(Ordering::SeqCst), 1);
 }
