@@ -1,6 +1,6 @@
 //! The methods a service really has, and how safe each is to repeat.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use grpc_core_api::GrpcMethod;
 use prost::Message;
@@ -28,6 +28,10 @@ pub struct MethodInfo {
     pub method: GrpcMethod,
     /// Its class.
     pub class: MethodClass,
+    /// Whether the class was declared (an `idempotency_level` other than the default, or a mark
+    /// in code), rather than assumed: an undeclared method is treated as non-idempotent, but a
+    /// retry covering it is more likely a missing declaration than a bug.
+    pub declared: bool,
     /// Whether the client streams requests.
     pub client_streaming: bool,
     /// Whether the server streams responses.
@@ -43,8 +47,8 @@ pub enum CatalogError {
     /// A service or method name in the descriptor set is not valid.
     #[error("invalid method name in the descriptor set: {0}")]
     InvalidName(String),
-    /// A keyed-mutation mark names a method the catalog does not have.
-    #[error("cannot mark {0} as a keyed mutation: no such method in the catalog")]
+    /// A mark names a method the catalog does not have.
+    #[error("cannot mark {0}: no such method in the catalog")]
     UnknownMethod(String),
 }
 
@@ -52,6 +56,8 @@ pub enum CatalogError {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct MethodCatalog {
     methods: BTreeMap<GrpcMethod, MethodInfo>,
+    /// Every service the descriptor set declares, those without methods too.
+    services: BTreeSet<String>,
 }
 
 impl MethodCatalog {
@@ -77,6 +83,7 @@ impl MethodCatalog {
                     "" => service.name().to_owned(),
                     package => format!("{package}.{}", service.name()),
                 };
+                catalog.services.insert(service_name.clone());
                 for method in &service.method {
                     let full =
                         GrpcMethod::from_parts(&service_name, method.name()).map_err(|_| {
@@ -88,14 +95,15 @@ impl MethodCatalog {
                         .map_or(IdempotencyLevel::IdempotencyUnknown, |o| {
                             o.idempotency_level()
                         });
-                    let class = match level {
-                        IdempotencyLevel::NoSideEffects => MethodClass::NoSideEffects,
-                        IdempotencyLevel::Idempotent => MethodClass::Idempotent,
-                        IdempotencyLevel::IdempotencyUnknown => MethodClass::NonIdempotent,
+                    let (class, declared) = match level {
+                        IdempotencyLevel::NoSideEffects => (MethodClass::NoSideEffects, true),
+                        IdempotencyLevel::Idempotent => (MethodClass::Idempotent, true),
+                        IdempotencyLevel::IdempotencyUnknown => (MethodClass::NonIdempotent, false),
                     };
                     catalog.declare(MethodInfo {
                         method: full,
                         class,
+                        declared,
                         client_streaming: method.client_streaming(),
                         server_streaming: method.server_streaming(),
                     });
@@ -107,18 +115,35 @@ impl MethodCatalog {
 
     /// Adds (or replaces) a method.
     pub fn declare(&mut self, info: MethodInfo) {
+        self.services.insert(info.method.service().to_owned());
         self.methods.insert(info.method.clone(), info);
     }
 
     /// Marks a method the catalog has as a keyed mutation.
     pub fn mark_keyed_mutation(&mut self, method: &GrpcMethod) -> Result<(), CatalogError> {
+        self.mark(method, MethodClass::KeyedMutation)
+    }
+
+    /// Marks a method the catalog has as non-idempotent, declared so: a retry covering it is an
+    /// error, not a missing declaration.
+    pub fn mark_non_idempotent(&mut self, method: &GrpcMethod) -> Result<(), CatalogError> {
+        self.mark(method, MethodClass::NonIdempotent)
+    }
+
+    fn mark(&mut self, method: &GrpcMethod, class: MethodClass) -> Result<(), CatalogError> {
         match self.methods.get_mut(method) {
             Some(info) => {
-                info.class = MethodClass::KeyedMutation;
+                info.class = class;
+                info.declared = true;
                 Ok(())
             }
             None => Err(CatalogError::UnknownMethod(method.to_string())),
         }
+    }
+
+    /// Whether the descriptor set declares `service`, with or without methods.
+    pub fn declares_service(&self, service: &str) -> bool {
+        self.services.contains(service)
     }
 
     /// A method by full name.

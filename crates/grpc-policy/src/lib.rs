@@ -28,4 +28,4 @@ pub use service_config::{
     ConfigError, GrpcServiceConfigPolicy, HedgingPolicy, MAX_ATTEMPTS_CAP, MethodConfig,
     MethodName, PortabilityNote, RetryPolicy, RetryThrottling, ServiceConfig,
 };
-pub use validator::{Finding, GrpcRetryOwnershipValidator, Severity};
+pub use validator::{Finding, GrpcRetryOwnershipValidator, LedgerKnowledge, Severity};

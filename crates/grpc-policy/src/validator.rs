@@ -27,6 +27,11 @@ impl fmt::Display for Severity {
 /// One finding, at a JSON path of the service config.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Finding {
+    /// Which check found it: a stable id for suppressions, SARIF rules and dashboards
+    /// (`stale-name`, `empty-service`, `invalid-config`, `owner`, `non-idempotent-retry`,
+    /// `undeclared-idempotency`, `keyed-retry`, `shadowed`, `max-attempts-capped`,
+    /// `amplification`, `portability`).
+    pub rule: &'static str,
     /// How bad it is.
     pub severity: Severity,
     /// Where, as `$.methodConfig[0].name[1]`.
@@ -41,10 +46,25 @@ impl fmt::Display for Finding {
     }
 }
 
+/// What the validator knows of the ledger behind keyed mutations.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LedgerKnowledge {
+    /// Not said.
+    Unknown,
+    /// The server keeps a durable operation ledger.
+    Durable,
+    /// The server has no durable ledger.
+    None,
+}
+
 /// Checks that a service config fits the service it configures and the channel's one owner.
 #[derive(Debug, Clone)]
 pub struct GrpcRetryOwnershipValidator {
     owner: GrpcRetryOwner,
+    /// Whether a retry covering a method of undeclared idempotency is an error, not a warning.
+    strict: bool,
+    /// What is known of the server's ledger, for keyed mutations.
+    ledger: LedgerKnowledge,
     /// Retry layers outside the service config (application, mesh), by name and attempts.
     other_layers: Vec<(String, u32)>,
     amplification_bound: u32,
@@ -56,9 +76,24 @@ impl GrpcRetryOwnershipValidator {
     pub fn new(owner: GrpcRetryOwner) -> Self {
         Self {
             owner,
+            strict: false,
+            ledger: LedgerKnowledge::Unknown,
             other_layers: Vec::new(),
             amplification_bound: 10,
         }
+    }
+
+    /// Makes a retry covering a method of undeclared idempotency an error.
+    pub fn strict(mut self) -> Self {
+        self.strict = true;
+        self
+    }
+
+    /// Says what is known of the server's ledger: a retry covering a keyed mutation is expected
+    /// with a durable one, an error without, and a warning when unknown.
+    pub fn with_ledger(mut self, ledger: LedgerKnowledge) -> Self {
+        self.ledger = ledger;
+        self
     }
 
     /// Declares another layer that retries the same calls (`"mesh"`, 3 attempts).
@@ -75,29 +110,76 @@ impl GrpcRetryOwnershipValidator {
 
     /// Every finding, errors first, each group in config order.
     pub fn validate(&self, config: &ServiceConfig, catalog: &MethodCatalog) -> Vec<Finding> {
+        self.validate_with_problems(config, &[], catalog)
+    }
+
+    /// Every finding of a config read with [`ServiceConfig::parse_collecting`]: each problem the
+    /// reading found (an error: the clients refuse the whole config) and every finding on the
+    /// parts that could be read.
+    pub fn validate_with_problems(
+        &self,
+        config: &ServiceConfig,
+        problems: &[crate::ConfigError],
+        catalog: &MethodCatalog,
+    ) -> Vec<Finding> {
         let mut findings = Vec::new();
-        let mut add = |severity, path: String, message: String| {
+        let mut add = |rule, severity, path: String, message: String| {
             findings.push(Finding {
+                rule,
                 severity,
                 path,
                 message,
             })
         };
+        for problem in problems {
+            add(
+                "invalid-config",
+                Severity::Error,
+                problem.path.clone(),
+                format!(
+                    "{} (gRPC's clients refuse the whole config)",
+                    problem.message
+                ),
+            );
+        }
         for note in &config.portability {
-            add(Severity::Warning, note.path.clone(), note.message.clone());
+            add(
+                "portability",
+                Severity::Warning,
+                note.path.clone(),
+                note.message.clone(),
+            );
         }
         for (i, entry) in config.method_configs.iter().enumerate() {
             let path = format!("$.methodConfig[{i}]");
             for (j, name) in entry.names.iter().enumerate() {
+                let service = match name {
+                    MethodName::Default => None,
+                    MethodName::Service(service) => Some(service.as_str()),
+                    MethodName::Method(method) => Some(method.service()),
+                };
+                let empty_service = service.is_some_and(|service| {
+                    catalog.declares_service(service) && !catalog.has_service(service)
+                });
                 let missing = match name {
                     MethodName::Default => false,
                     MethodName::Service(service) => !catalog.has_service(service),
                     MethodName::Method(method) => catalog.get(method).is_none(),
                 };
-                if missing {
+                if empty_service {
                     add(
+                        "empty-service",
+                        Severity::Warning,
+                        entry.name_path(&path, j),
+                        format!(
+                            "{name}: the service declares no methods, so this name configures nothing"
+                        ),
+                    );
+                } else if missing {
+                    add(
+                        "stale-name",
                         Severity::Error,
-                        format!("{path}.name[{j}]"),
+                        entry.name_path(&path, j),
                         format!(
                             "{name} matches no method of the service (renamed or removed?); the calls it meant run with defaults"
                         ),
@@ -111,8 +193,9 @@ impl GrpcRetryOwnershipValidator {
                 });
                 if !missing && name.specificity() < 2 && !governs_any {
                     add(
+                        "shadowed",
                         Severity::Warning,
-                        format!("{path}.name[{j}]"),
+                        entry.name_path(&path, j),
                         format!(
                             "{name} is shadowed: every method it covers has a more specific entry"
                         ),
@@ -129,6 +212,7 @@ impl GrpcRetryOwnershipValidator {
             if let Some(field) = policy_field {
                 if !self.owner.allows_service_config_retry() {
                     add(
+                        "owner",
                         Severity::Error,
                         format!("{path}.{field}"),
                         format!(
@@ -148,6 +232,7 @@ impl GrpcRetryOwnershipValidator {
                     .unwrap_or(0);
                 if requested > MAX_ATTEMPTS_CAP {
                     add(
+                        "max-attempts-capped",
                         Severity::Warning,
                         format!("{path}.{field}.maxAttempts"),
                         format!("{requested} attempts are capped at {MAX_ATTEMPTS_CAP}"),
@@ -177,8 +262,9 @@ impl GrpcRetryOwnershipValidator {
                     other => format!("through {other}"),
                 })
                 .unwrap_or_default();
-            match info.class {
-                MethodClass::NonIdempotent => add(
+            match (info.class, info.declared) {
+                (MethodClass::NonIdempotent, true) => add(
+                    "non-idempotent-retry",
                     Severity::Error,
                     format!("$.methodConfig[{i}].{field}"),
                     format!(
@@ -186,8 +272,29 @@ impl GrpcRetryOwnershipValidator {
                         info.method
                     ),
                 ),
-                MethodClass::KeyedMutation => add(
-                    Severity::Warning,
+                (MethodClass::NonIdempotent, false) => add(
+                    "undeclared-idempotency",
+                    if self.strict {
+                        Severity::Error
+                    } else {
+                        Severity::Warning
+                    },
+                    format!("$.methodConfig[{i}].{field}"),
+                    format!(
+                        "{field} covers {} ({via}), whose idempotency is not declared: a sent call \
+                         may run twice unless it is safe to repeat. Declare it in the .proto \
+                         (option idempotency_level = IDEMPOTENT or NO_SIDE_EFFECTS), or as a keyed \
+                         mutation (--keyed)",
+                        info.method
+                    ),
+                ),
+                (MethodClass::KeyedMutation, _) if self.ledger != LedgerKnowledge::Durable => add(
+                    "keyed-retry",
+                    if self.ledger == LedgerKnowledge::None {
+                        Severity::Error
+                    } else {
+                        Severity::Warning
+                    },
                     format!("$.methodConfig[{i}].{field}"),
                     format!(
                         "{field} covers keyed mutation {} ({via}): safe only if every call carries a key and the server's ledger is durable",
@@ -214,6 +321,7 @@ impl GrpcRetryOwnershipValidator {
         if worst > u64::from(self.amplification_bound) {
             let shown: Vec<String> = layers.iter().map(|(n, a)| format!("{n} {a}")).collect();
             add(
+                "amplification",
                 Severity::Error,
                 "$".to_owned(),
                 format!(

@@ -88,8 +88,8 @@ fn a_service_wide_retry_over_a_non_idempotent_method_is_flagged() {
     let findings = GrpcRetryOwnershipValidator::new(GrpcRetryOwner::Channel)
         .validate(&config("service_wide_retry.json"), &catalog());
     expect_test::expect![[r#"
-        error $.methodConfig[0].retryPolicy: retryPolicy covers non-idempotent /payments.v1.Payments/Transfer (through payments.v1.Payments/*): a sent call may run twice
         warning $.methodConfig[0].retryPolicy: retryPolicy covers keyed mutation /payments.v1.Payments/CreatePayment (through payments.v1.Payments/*): safe only if every call carries a key and the server's ledger is durable
+        warning $.methodConfig[0].retryPolicy: retryPolicy covers /payments.v1.Payments/Transfer (through payments.v1.Payments/*), whose idempotency is not declared: a sent call may run twice unless it is safe to repeat. Declare it in the .proto (option idempotency_level = IDEMPOTENT or NO_SIDE_EFFECTS), or as a keyed mutation (--keyed)
     "#]]
     .assert_eq(&render(&findings));
 }
@@ -114,12 +114,12 @@ fn owner_shadowing_cap_and_amplification_are_flagged() {
         .validate(&config, &catalog());
     expect_test::expect![[r#"
         error $.methodConfig[2].retryPolicy: the channel's retry owner is mesh; the service config must not retry
-        error $.methodConfig[2].retryPolicy: retryPolicy covers non-idempotent /payments.v1.Payments/Transfer (directly): a sent call may run twice
         error $: one call can become 45 attempts (channel 5 x application 3 x mesh 3), above the bound of 10; let one layer own retries
         warning $.methodConfig[0].name[0]: (default) is shadowed: every method it covers has a more specific entry
         warning $.methodConfig[1].name[0]: payments.v1.Payments/* is shadowed: every method it covers has a more specific entry
         warning $.methodConfig[2].retryPolicy.maxAttempts: 7 attempts are capped at 5
         warning $.methodConfig[2].retryPolicy: retryPolicy covers keyed mutation /payments.v1.Payments/CreatePayment (directly): safe only if every call carries a key and the server's ledger is durable
+        warning $.methodConfig[2].retryPolicy: retryPolicy covers /payments.v1.Payments/Transfer (directly), whose idempotency is not declared: a sent call may run twice unless it is safe to repeat. Declare it in the .proto (option idempotency_level = IDEMPOTENT or NO_SIDE_EFFECTS), or as a keyed mutation (--keyed)
     "#]]
     .assert_eq(&render(&findings));
 }

@@ -64,7 +64,7 @@ fn a_renamed_method_exits_one_and_names_the_entry() {
     assert_eq!(out.status.code(), Some(1));
     assert!(
         stdout(&out).contains(
-            "error $.methodConfig[0].name[0]: /payments.v1.Payments/FetchPayment matches no method"
+            "renamed_method.json:4:16: error[stale-name]: /payments.v1.Payments/FetchPayment matches no method"
         ),
         "{}",
         stdout(&out)
@@ -72,24 +72,48 @@ fn a_renamed_method_exits_one_and_names_the_entry() {
 }
 
 #[test]
-fn a_retry_over_a_non_idempotent_method_exits_one_in_json_too() {
+fn a_retry_over_a_method_declared_non_idempotent_exits_one_in_json_too() {
     let dir = temp_dir("nonidempotent");
     let out = lint(
         &Path::new(DATA).join("service_wide_retry.json"),
         &descriptor_set(&dir),
-        &["--format", "json"],
+        &[
+            "--format",
+            "json",
+            "--non-idempotent",
+            "/payments.v1.Payments/Transfer",
+        ],
     );
     assert_eq!(out.status.code(), Some(1));
-    let findings: serde_json::Value = serde_json::from_str(&stdout(&out)).expect("JSON output");
-    let first = &findings[0];
+    let report: serde_json::Value = serde_json::from_str(&stdout(&out)).expect("JSON output");
+    let first = &report["configs"][0]["findings"][0];
     assert_eq!(first["severity"], "error");
+    assert_eq!(first["rule"], "non-idempotent-retry");
     assert_eq!(first["path"], "$.methodConfig[0].retryPolicy");
+    assert!(first["line"].as_u64().unwrap() > 1);
     assert!(
         first["message"]
             .as_str()
             .unwrap()
             .contains("non-idempotent /payments.v1.Payments/Transfer")
     );
+}
+
+/// Undeclared idempotency is the common case in real protos: a warning with the fix, an error
+/// only under --strict, and exit 1 on warnings only under --deny warnings.
+#[test]
+fn undeclared_idempotency_is_a_warning_unless_strict_or_denied() {
+    let dir = temp_dir("undeclared");
+    let config = Path::new(DATA).join("service_wide_retry.json");
+    let out = lint(&config, &descriptor_set(&dir), &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+    assert!(stdout(&out).contains("warning[undeclared-idempotency]"));
+    assert!(stdout(&out).contains("option idempotency_level = IDEMPOTENT"));
+    let strict = lint(&config, &descriptor_set(&dir), &["--strict"]);
+    assert_eq!(strict.status.code(), Some(1));
+    assert!(stdout(&strict).contains("error[undeclared-idempotency]"));
+    let denied = lint(&config, &descriptor_set(&dir), &["--deny", "warnings"]);
+    assert_eq!(denied.status.code(), Some(1));
 }
 
 #[test]
@@ -120,8 +144,7 @@ fn a_config_a6_refuses_is_an_error_finding_at_its_path() {
     let out = lint(&config, &descriptor_set(&dir), &[]);
     assert_eq!(out.status.code(), Some(1));
     assert!(
-        stdout(&out)
-            .contains("error $.methodConfig[0].retryPolicy.maxAttempts: must be at least 2"),
+        stdout(&out).contains("error[invalid-config]: must be at least 2"),
         "{}",
         stdout(&out)
     );
@@ -143,7 +166,7 @@ fn unreadable_inputs_exit_two_with_a_clear_message() {
             &[],
             "cannot read",
         ),
-        (not_json, descriptors.clone(), &[], "is not JSON"),
+        (not_json, descriptors.clone(), &[], "not JSON"),
         (
             good.clone(),
             not_descriptors,

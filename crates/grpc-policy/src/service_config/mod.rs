@@ -99,6 +99,9 @@ impl MethodName {
 pub struct MethodConfig {
     /// The names it applies to.
     pub names: Vec<MethodName>,
+    /// Where each of `names` stands in the JSON `name` array, when the reader refused some (a
+    /// refused name leaves a gap); empty when every name is at its own index.
+    pub name_positions: Vec<usize>,
     /// The deadline of the whole call, every attempt included (`timeout`).
     pub timeout: Option<Duration>,
     /// `waitForReady`.
@@ -273,6 +276,14 @@ impl RetryThrottling {
     /// `tokenRatio` in thousandths.
     pub fn token_ratio_milli(&self) -> u32 {
         self.token_ratio_milli
+    }
+}
+
+impl MethodConfig {
+    /// The JSON path of the `j`-th of `names`, in the entry at `entry_path`.
+    pub fn name_path(&self, entry_path: &str, j: usize) -> String {
+        let position = self.name_positions.get(j).copied().unwrap_or(j);
+        format!("{entry_path}.name[{position}]")
     }
 }
 

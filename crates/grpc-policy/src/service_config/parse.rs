@@ -88,6 +88,7 @@ impl Reader {
     fn method_config(&mut self, value: &Value, path: &str) -> MethodConfig {
         let empty = MethodConfig {
             names: Vec::new(),
+            name_positions: Vec::new(),
             timeout: None,
             wait_for_ready: None,
             max_request_message_bytes: None,
@@ -108,7 +109,7 @@ impl Reader {
         let retry = fields.take("retryPolicy");
         let hedging = fields.take("hedgingPolicy");
         let other_fields = fields.rest();
-        let mut names = Vec::new();
+        let (mut names, mut name_positions) = (Vec::new(), Vec::new());
         if let Some((list, list_path)) = name_list
             && let Some(list) = self.keep(array(list, &list_path))
         {
@@ -125,7 +126,11 @@ impl Reader {
                     continue;
                 }
                 names.push(name);
+                name_positions.push(j);
             }
+        }
+        if name_positions.iter().enumerate().all(|(i, j)| i == *j) {
+            name_positions.clear();
         }
         if names.is_empty() {
             self.notes.push(PortabilityNote {
@@ -159,6 +164,7 @@ impl Reader {
         }
         MethodConfig {
             names,
+            name_positions,
             timeout,
             wait_for_ready,
             max_request_message_bytes,
@@ -166,7 +172,6 @@ impl Reader {
             retry_policy,
             hedging_policy,
             other_fields,
-            ..empty
         }
     }
 
