@@ -79,8 +79,8 @@ struct Args {
     /// A directory imports are resolved from; repeatable.
     #[arg(long = "include", value_name = "DIR")]
     includes: Vec<PathBuf>,
-    /// Compile, for each config, every .proto in the config's own directory (a googleapis-style
-    /// tree: pass its root with --include).
+    /// Compile, for each config, every .proto in the config's own directory and below it (a
+    /// googleapis-style tree: pass its root with --include).
     #[arg(long, conflicts_with = "protos")]
     protos_beside: bool,
     /// Which layer owns retries on this channel.
@@ -315,13 +315,19 @@ impl<'a> Catalogs<'a> {
     }
 }
 
+/// Every .proto in `dir` and its subdirectories (a versioned API keeps its services in
+/// subdirectories beside the config, as googleapis' Ads APIs do).
 fn protos_in(dir: &Path) -> Result<Vec<PathBuf>, Unreadable> {
     let entries = std::fs::read_dir(dir)
         .map_err(|e| Unreadable(format!("cannot read {}: {e}", dir.display())))?;
-    let mut protos: Vec<PathBuf> = entries
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|e| e == "proto"))
-        .collect();
+    let mut protos = Vec::new();
+    for path in entries.filter_map(|e| e.ok().map(|e| e.path())) {
+        if path.is_dir() {
+            protos.extend(protos_in(&path)?);
+        } else if path.extension().is_some_and(|e| e == "proto") {
+            protos.push(path);
+        }
+    }
     protos.sort();
     Ok(protos)
 }
