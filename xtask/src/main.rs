@@ -91,6 +91,7 @@ fn test() -> Result<()> {
     )
     .context("clippy")?;
     python_peers().context("installing the Python peers of the tests")?;
+    let sarif_schema = sarif_schema().context("fetching the SARIF 2.1.0 schema")?;
     let database = postgres::for_tests()?;
     eprintln!("xtask: tests use PostgreSQL at {}", database.redacted_url());
     // Property tests draw from a fixed seed, so a case that fails in CI fails the same way on a
@@ -103,6 +104,7 @@ fn test() -> Result<()> {
         &[
             ("DATABASE_URL", database.url()),
             ("PROPTEST_RNG_SEED", &proptest_seed),
+            ("SARIF_SCHEMA", &sarif_schema),
         ],
         &interrupted,
     );
@@ -146,8 +148,13 @@ fn through_pooler(
 }
 
 /// The Python packages the tests use as real peers: `protobuf` (a test fingerprints requests a
-/// Python client serialised) and `grpcio` (gRPC C-core, the reference of the interop table).
-const PYTHON_PEERS: &[(&str, &str)] = &[("protobuf", "google.protobuf"), ("grpcio", "grpc")];
+/// Python client serialised), `grpcio` (gRPC C-core, the reference of the interop table) and
+/// `jsonschema` (the lint's SARIF is validated against the SARIF 2.1.0 schema).
+const PYTHON_PEERS: &[(&str, &str)] = &[
+    ("protobuf", "google.protobuf"),
+    ("grpcio", "grpc"),
+    ("jsonschema", "jsonschema"),
+];
 
 /// Makes sure every package of [`PYTHON_PEERS`] is importable, installing the missing ones from
 /// PyPI with pip and saying so.
@@ -190,6 +197,42 @@ fn python_peers() -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// The OASIS SARIF 2.1.0 JSON schema, which Microsoft's `@microsoft/jest-sarif` npm package ships;
+/// fetched once with `npm pack` into the target directory, for the lint's SARIF test.
+fn sarif_schema() -> Result<String> {
+    const PACKAGE: &str = "@microsoft/jest-sarif@1.0.0-beta.0";
+    const MEMBER: &str = "package/lib/schemas/sarif-2.1.0-rtm.5.json";
+    let dir = std::path::Path::new(
+        &std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".to_owned()),
+    )
+    .join("peers");
+    let schema = dir.join(MEMBER);
+    if !schema.is_file() {
+        std::fs::create_dir_all(&dir)?;
+        eprintln!(
+            "xtask: fetching the SARIF 2.1.0 schema from the npm registry ({PACKAGE}) for the \
+             lint's SARIF test"
+        );
+        let packed = cmd::output(
+            std::process::Command::new("npm")
+                .args(["pack", PACKAGE, "--silent", "--pack-destination"])
+                .arg(&dir),
+        )
+        .context("npm pack (is npm installed?)")?;
+        let tarball = dir.join(packed.trim());
+        cmd::output(
+            std::process::Command::new("tar")
+                .arg("-xzf")
+                .arg(&tarball)
+                .arg("-C")
+                .arg(&dir)
+                .arg(MEMBER),
+        )?;
+    }
+    let schema = std::fs::canonicalize(&schema)?;
+    Ok(schema.to_string_lossy().into_owned())
 }
 
 /// Sums the `test result: ok. N passed; M failed; ...` lines of cargo test's output.

@@ -89,6 +89,35 @@ fn sarif_output() {
     let out = stdout(&lint(&["--format", "sarif"]));
     expect_file!["fixtures/realworld/expected/report.sarif"].assert_eq(&out);
     check_sarif(&serde_json::from_str(&out).expect("SARIF is JSON"));
+    validate_against_the_sarif_schema(&out);
+}
+
+/// Validates `sarif` against the OASIS SARIF 2.1.0 JSON schema (SARIF_SCHEMA, which
+/// `cargo xtask test` fetches) with Python's `jsonschema`.
+fn validate_against_the_sarif_schema(sarif: &str) {
+    let schema = std::env::var("SARIF_SCHEMA").expect(
+        "SARIF_SCHEMA is not set: run `cargo xtask test`, which fetches the SARIF 2.1.0 schema, \
+         or point SARIF_SCHEMA at sarif-2.1.0-rtm.5.json",
+    );
+    let file = std::env::temp_dir().join(format!("grpc-retry-lint-{}.sarif", std::process::id()));
+    std::fs::write(&file, sarif).unwrap();
+    let output = Command::new("python3")
+        .args([
+            "-c",
+            "import json, sys, jsonschema\n\
+             schema = json.load(open(sys.argv[2]))\n\
+             jsonschema.validators.validator_for(schema)(schema).validate(json.load(open(sys.argv[1])))",
+        ])
+        .arg(&file)
+        .arg(&schema)
+        .output()
+        .expect("python3 with jsonschema (which `cargo xtask test` installs)");
+    let _ = std::fs::remove_file(&file);
+    assert!(
+        output.status.success(),
+        "the SARIF does not validate against {schema}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
 }
 
 /// The SARIF 2.1.0 schema's requirements on what the lint emits: the version and a run with a
