@@ -316,7 +316,7 @@ async fn throttling_stops_retries_after_a_burst_of_failures() {
 /// about 1.8 s early, so its call ends well before the configured 3 s (measured here: 2 s, 3 s
 /// and 5 s timeouts expired after 0.2, 1.2 and 3.2 s, and 0.3 s expired before any attempt was
 /// sent; an explicit per-call timeout is exact). The executor keeps the configured deadline, so
-/// only the status and the attempts are compared, and the executor's deadline is checked alone.
+/// only the attempts are compared, and the executor's deadline is checked alone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_config_timeout_is_the_whole_calls_deadline() {
     let config = config_with(
@@ -327,7 +327,13 @@ async fn the_config_timeout_is_the_whole_calls_deadline() {
         None,
     );
     let (c_core, ours) = both("deadline", &config, &["delay 5000"], None).await;
-    assert_same("deadline", &c_core, &ours);
+    // The same race as in the next row can make C-core say CANCELLED.
+    assert!(
+        ["DEADLINE_EXCEEDED", "CANCELLED"].contains(&c_core[0].code.as_str()),
+        "{:?}",
+        c_core[0]
+    );
+    assert_eq!(attempts_per_call(&ours), attempts_per_call(&c_core));
     assert_eq!(ours[0].code, "DEADLINE_EXCEEDED");
     assert!(
         ours[0].elapsed >= Duration::from_millis(2900),
@@ -343,7 +349,13 @@ async fn the_config_timeout_is_the_whole_calls_deadline() {
     }
 }
 
-/// The caller's own deadline, shorter than the config's timeout, wins in both.
+/// The caller's own deadline, shorter than the config's timeout, wins in both: one attempt, and
+/// the call ends at the deadline.
+///
+/// Named race, not a semantic difference: the probe server (tonic) enforces the `grpc-timeout` it
+/// receives and answers CANCELLED when it runs out, at the same instant as the client's own
+/// timer; C-core reports whichever comes first, so it says CANCELLED now and then. The executor
+/// knows its own deadline passed and always says DEADLINE_EXCEEDED.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_callers_shorter_deadline_wins() {
     let config = config_with(
@@ -354,8 +366,20 @@ async fn the_callers_shorter_deadline_wins() {
         None,
     );
     let (c_core, ours) = both("caller-deadline", &config, &["delay 2000"], Some(0.2)).await;
-    assert_same("caller-deadline", &c_core, &ours);
     assert_eq!(ours[0].code, "DEADLINE_EXCEEDED");
+    assert!(
+        ["DEADLINE_EXCEEDED", "CANCELLED"].contains(&c_core[0].code.as_str()),
+        "{:?}",
+        c_core[0]
+    );
+    assert_eq!(attempts_per_call(&ours), attempts_per_call(&c_core));
+    assert_eq!(attempts_per_call(&ours), vec![1]);
+    for observed in [&c_core[0], &ours[0]] {
+        assert!(
+            observed.elapsed < Duration::from_millis(1500),
+            "{observed:?}"
+        );
+    }
 }
 
 /// A stream refused by the server (RST_STREAM REFUSED_STREAM) never reached the application: the
