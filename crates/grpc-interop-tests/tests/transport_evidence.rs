@@ -65,7 +65,7 @@ async fn a_refused_stream_never_reached_the_application() {
         "the shape changed: {status:?}"
     );
     assert_eq!(status.code(), Code::Unavailable);
-    assert_eq!(transport_failure(&status), TransportFailure::NotSent);
+    assert_eq!(transport_failure(&status), TransportFailure::NotProcessed);
 }
 
 #[tokio::test]
@@ -80,7 +80,10 @@ async fn a_refused_connection_never_reached_the_server() {
         "the shape changed: {status:?}"
     );
     assert_eq!(status.code(), Code::Unavailable);
-    assert_eq!(transport_failure(&status), TransportFailure::NotSent);
+    assert_eq!(
+        transport_failure(&status),
+        TransportFailure::NeverLeftClient
+    );
 }
 
 /// GOAWAY with last-stream-id 0 while the client's stream 1 is already in the server's socket:
@@ -93,7 +96,7 @@ async fn a_stream_above_the_goaway_never_reached_the_application() {
         chain_has::<h2::Error>(&status, |e| e.is_go_away() && e.is_remote()),
         "the shape changed: {status:?}"
     );
-    assert_eq!(transport_failure(&status), TransportFailure::NotSent);
+    assert_eq!(transport_failure(&status), TransportFailure::NotProcessed);
 }
 
 #[tokio::test]

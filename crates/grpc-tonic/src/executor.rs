@@ -43,6 +43,14 @@ fn deadline_status(status: Status, timed_out: bool) -> Status {
     }
 }
 
+/// How many times an attempt that never left the process is resent transparently in one call:
+/// A6 allows any number, bounded by the deadline; a call without a deadline needs a bound too.
+const MAX_UNSENT_RESENDS: u32 = 5;
+
+/// The pause before resending an attempt that never left the process (its connection is being
+/// replaced).
+const UNSENT_RESEND_DELAY: Duration = Duration::from_millis(10);
+
 /// Counters a caller can read to see what the executor did.
 #[derive(Debug, Default)]
 pub struct ExecutorStats {
@@ -198,7 +206,7 @@ impl RetryExecutor {
                 None => None,
             };
         let mut sent_attempts = 0u32;
-        let mut transparent_retry_used = false;
+        let (mut unsent_resends, mut refused_resent) = (0u32, false);
         loop {
             let mut request = Request::new(message.clone());
             if let Some(value) = &key_value {
@@ -239,19 +247,34 @@ impl RetryExecutor {
                 // grpc-go and C-core report a broken connection, and a stream refused or cut off
                 // by a GOAWAY, as UNAVAILABLE; tonic says UNKNOWN or INTERNAL (depending on its
                 // features), which no policy lists as retryable.
-                TransportFailure::ConnectionLost | TransportFailure::NotSent if !timed_out => {
-                    Status::unavailable(format!("transport failure: {}", status.message()))
-                }
-                _ => status,
+                TransportFailure::Other => status,
+                _ if timed_out => status,
+                _ => Status::unavailable(format!("transport failure: {}", status.message())),
             };
-            if failure == TransportFailure::NotSent && !transparent_retry_used && !deadline_passed {
-                transparent_retry_used = true;
+            // A6: an attempt that never left the client may be resent transparently any number of
+            // times (bounded here, and by the deadline); one the server refused before its
+            // application saw it, once.
+            let transparent = !deadline_passed
+                && match failure {
+                    TransportFailure::NeverLeftClient => unsent_resends < MAX_UNSENT_RESENDS,
+                    TransportFailure::NotProcessed => !refused_resent,
+                    _ => false,
+                };
+            if transparent {
+                if failure == TransportFailure::NotProcessed {
+                    refused_resent = true;
+                } else {
+                    unsent_resends += 1;
+                    // The connection is being replaced; give it a moment rather than spin.
+                    tokio::time::sleep(UNSENT_RESEND_DELAY).await;
+                }
                 self.stats
                     .transparent_retries
                     .fetch_add(1, Ordering::Relaxed);
                 tracing::info!(
                     attempt = sent_attempts + 1,
                     code = ?status.code(),
+                    evidence = ?failure,
                     "retry decision: transparent retry, the attempt never reached the server application"
                 );
                 continue;

@@ -13,17 +13,27 @@ use tonic::Status;
 /// What the transport error of a failed attempt proves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TransportFailure {
-    /// The request never reached the server application: no connection could be made
-    /// (`tonic::ConnectError`), hyper dropped it unsent when its connection closed, the server
-    /// refused the stream (RST_STREAM REFUSED_STREAM), or the stream was above the last one a
-    /// GOAWAY let through. Resending cannot duplicate anything.
-    NotSent,
+    /// The request never left this process: no connection could be made (`tonic::ConnectError`),
+    /// or hyper dropped it unsent because its connection was closing. gRFC A6 lets such an
+    /// attempt be resent transparently any number of times.
+    NeverLeftClient,
+    /// The request reached the server but not its application: the server refused the stream
+    /// (RST_STREAM REFUSED_STREAM), or the stream was above the last one a GOAWAY let through.
+    /// A6 lets such an attempt be resent transparently once.
+    NotProcessed,
     /// The connection broke after the request may have been sent (hyper reports the socket's
     /// broken pipe or reset, or h2 an I/O error mid-body): the outcome is unknown. gRPC's clients
     /// report it as UNAVAILABLE.
     ConnectionLost,
     /// Anything else, including a status the server sent.
     Other,
+}
+
+impl TransportFailure {
+    /// Whether the server application cannot have seen the request.
+    pub fn never_processed(self) -> bool {
+        matches!(self, Self::NeverLeftClient | Self::NotProcessed)
+    }
 }
 
 /// Reads what `status`'s source chain proves about the request (the executor's evidence for
@@ -33,16 +43,16 @@ pub fn classify(status: &Status) -> TransportFailure {
     let mut cause: Option<&(dyn Error + 'static)> = status.source();
     while let Some(error) = cause {
         if error.downcast_ref::<tonic::ConnectError>().is_some() {
-            return TransportFailure::NotSent;
+            return TransportFailure::NeverLeftClient;
         }
         if let Some(h2) = error.downcast_ref::<h2::Error>() {
             if h2.is_remote() && h2.is_reset() && h2.reason() == Some(h2::Reason::REFUSED_STREAM) {
-                return TransportFailure::NotSent;
+                return TransportFailure::NotProcessed;
             }
             // h2 fails a stream above the GOAWAY's last-stream-id with the GOAWAY itself; a
             // stream at or below it that the connection's end then cut gets an I/O error.
             if h2.is_remote() && h2.is_go_away() {
-                return TransportFailure::NotSent;
+                return TransportFailure::NotProcessed;
             }
             lost |= h2.is_io();
         }
@@ -52,7 +62,7 @@ pub fn classify(status: &Status) -> TransportFailure {
             .downcast_ref::<hyper::Error>()
             .is_some_and(hyper::Error::is_canceled)
         {
-            return TransportFailure::NotSent;
+            return TransportFailure::NeverLeftClient;
         }
         if let Some(io) = error.downcast_ref::<std::io::Error>() {
             lost |= matches!(
