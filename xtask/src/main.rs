@@ -10,6 +10,7 @@
 mod chaos;
 mod cmd;
 mod fuzz;
+mod mariadb;
 mod pgbouncer;
 mod postgres;
 mod tidy;
@@ -34,6 +35,8 @@ tasks:
                     fsync is off unless `--durable` (use that for measurements)
   pg stop           stop and remove the development PostgreSQL
   pg url            print the development PostgreSQL's URL
+  mariadb start|stop|url
+                    the same for a development MariaDB (Debian's mariadb-server)
 ";
 
 fn main() -> ExitCode {
@@ -62,6 +65,9 @@ fn run(args: Vec<String>) -> Result<()> {
         ["pg", "start", "--durable"] => postgres::dev_start(true),
         ["pg", "stop"] => postgres::dev_stop(),
         ["pg", "url"] => postgres::dev_url(),
+        ["mariadb", "start"] => mariadb::dev_start(),
+        ["mariadb", "stop"] => mariadb::dev_stop(),
+        ["mariadb", "url"] => mariadb::dev_url(),
         ["help" | "--help" | "-h"] | [] => {
             eprint!("{USAGE}");
             Ok(())
@@ -94,6 +100,7 @@ fn test() -> Result<()> {
     let sarif_schema = sarif_schema().context("fetching the SARIF 2.1.0 schema")?;
     let database = postgres::for_tests()?;
     eprintln!("xtask: tests use PostgreSQL at {}", database.redacted_url());
+    let mariadb = mariadb::for_tests()?;
     // Property tests draw from a fixed seed, so a case that fails in CI fails the same way on a
     // developer's machine; set PROPTEST_RNG_SEED to explore other inputs.
     let proptest_seed =
@@ -105,6 +112,7 @@ fn test() -> Result<()> {
             ("DATABASE_URL", database.url()),
             ("PROPTEST_RNG_SEED", &proptest_seed),
             ("SARIF_SCHEMA", &sarif_schema),
+            ("MARIADB_URL", mariadb.url()),
         ],
         &interrupted,
     );
@@ -113,8 +121,9 @@ fn test() -> Result<()> {
         let pooled = through_pooler(database.url(), &interrupted)?;
         Ok(output + &pooled)
     });
-    // The cluster is stopped here, before the result is reported, whatever the tests did.
+    // The servers are stopped here, before the result is reported, whatever the tests did.
     drop(database);
+    drop(mariadb);
     let output = pooled.context("tests")?;
     // The quick fault run: the demo's workload through PostgreSQL restarts, killed connections and
     // a killed server, on a cluster of its own.

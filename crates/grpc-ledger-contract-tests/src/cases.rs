@@ -387,6 +387,11 @@ pub async fn racing_takeovers_of_an_expired_claim_have_one_winner<F: LedgerFixtu
                 })) => winners += 1,
                 Ok(Ok(ClaimOutcome::InProgress { .. })) | Ok(Err(LedgerError::InFlight { .. })) => {
                 }
+                // A store may end a racing unit as a serialisation failure (a deadlock, a
+                // multi-primary certification conflict): retryable, and not an owner.
+                Ok(Err(LedgerError::Unavailable {
+                    kind: UnavailableKind::SerializationFailure,
+                })) => {}
                 Ok(Err(LedgerError::Unavailable { .. })) | Err(LedgerError::Unavailable { .. })
                     if !capabilities.concurrent_writers => {}
                 other => panic!("unexpected answer to a racing takeover: {other:?}"),

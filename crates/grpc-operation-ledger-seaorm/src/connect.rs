@@ -60,6 +60,18 @@ pub async fn connect_postgres(
     url: &str,
     config: &LedgerConfig,
 ) -> Result<DatabaseConnection, DbErr> {
+    connect_pool(url, config).await
+}
+
+/// Connects a pool to MariaDB (10.5 or later, for `INSERT ... RETURNING`) or MySQL. Sets nothing
+/// on the connections: the claim's bounded wait travels with the claim statement
+/// (`SET STATEMENT max_statement_time`). Does not apply migrations.
+pub async fn connect_mysql(url: &str, config: &LedgerConfig) -> Result<DatabaseConnection, DbErr> {
+    connect_pool(url, config).await
+}
+
+/// A pool with the ledger's pool settings and nothing else.
+async fn connect_pool(url: &str, config: &LedgerConfig) -> Result<DatabaseConnection, DbErr> {
     let mut options = ConnectOptions::new(url.to_owned());
     pool_options(&mut options, config);
     Database::connect(options).await

@@ -56,6 +56,8 @@ fn map_sqlx(error: &sqlx::Error, phase: Phase) -> LedgerError {
             let code = db.code().map(|c| c.into_owned()).unwrap_or_default();
             if db.try_downcast_ref::<sqlx::sqlite::SqliteError>().is_some() {
                 map_sqlite_code(&code, phase)
+            } else if let Some(mysql) = db.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>() {
+                map_mysql_number(mysql.number(), phase)
             } else {
                 map_sqlstate(&code, phase)
             }
@@ -134,6 +136,46 @@ fn map_sqlite_code(code: &str, phase: Phase) -> LedgerError {
         19 => LedgerError::internal("a ledger row violated a constraint"),
         _ => LedgerError::internal(format!("unexpected database error (code {code})")),
     }
+}
+
+/// MariaDB/MySQL error numbers (and Galera's) to port errors, like the SQLSTATE table: transient
+/// states of the store are `Unavailable`, INTERNAL only for what means a bug.
+fn map_mysql_number(number: u16, phase: Phase) -> LedgerError {
+    use UnavailableKind::*;
+    let unavailable = LedgerError::unavailable;
+    match number {
+        // ER_LOCK_DEADLOCK: a deadlock, or a Galera certification failure at commit
+        1213 => unavailable(SerializationFailure),
+        // ER_ERROR_DURING_COMMIT: Galera reports some certification failures so
+        1180 => unavailable(SerializationFailure),
+        // ER_LOCK_WAIT_TIMEOUT; ER_STATEMENT_TIMEOUT (max_statement_time ran out, as the claim's
+        // bound does behind another unit's uncommitted claim)
+        1205 | 1969 => lock_wait_exceeded(phase),
+        // ER_QUERY_INTERRUPTED, ER_CONNECTION_KILLED, ER_SERVER_SHUTDOWN, CR_SERVER_GONE_ERROR,
+        // CR_SERVER_LOST
+        1317 | 1927 | 1053 | 2006 | 2013 => unavailable(ConnectionLost),
+        // ER_UNKNOWN_COM_ERROR is what Galera answers while the node is not ready (WSREP has not
+        // yet prepared node for application use); too many connections; read-only server or
+        // transaction (a replica during failover); out of resources
+        1047 | 1040 | 1203 | 1290 | 1792 | 1836 | 1041 | 1037 | 1038 | 1021 => {
+            unavailable(StoreNotReady)
+        }
+        // ER_DUP_ENTRY outside a claim, ER_CONSTRAINT_FAILED (CHECK), and everything else
+        1062 => LedgerError::internal("a ledger row violated uniqueness"),
+        4025 | 3819 => LedgerError::internal("a ledger row violated a CHECK constraint"),
+        other => LedgerError::internal(format!("unexpected database error (MySQL error {other})")),
+    }
+}
+
+/// Whether `error` is MariaDB/MySQL's refusal of a duplicate key (1062): the claim's insert found
+/// the identity's row.
+pub(crate) fn is_duplicate_key(error: &DbErr) -> bool {
+    let (DbErr::Exec(RuntimeErr::SqlxError(e)) | DbErr::Query(RuntimeErr::SqlxError(e))) = error
+    else {
+        return false;
+    };
+    matches!(e.as_ref(), sqlx::Error::Database(db)
+        if db.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>().is_some_and(|m| m.number() == 1062))
 }
 
 fn lock_wait_exceeded(phase: Phase) -> LedgerError {
@@ -217,6 +259,45 @@ mod tests {
             },
             "a claim behind another unit's uncommitted claim is in flight"
         );
+    }
+
+    #[test]
+    fn mysql_numbers_map_row_by_row() {
+        use UnavailableKind::*;
+        let table: &[(u16, Option<UnavailableKind>)] = &[
+            (1213, Some(SerializationFailure)), // deadlock, Galera certification failure
+            (1180, Some(SerializationFailure)), // error during commit (Galera)
+            (1205, Some(Timeout)),              // lock wait timeout (outside a claim)
+            (1969, Some(Timeout)),              // max_statement_time (outside a claim)
+            (2006, Some(ConnectionLost)),       // server has gone away
+            (2013, Some(ConnectionLost)),       // lost connection during query
+            (1927, Some(ConnectionLost)),       // connection killed
+            (1053, Some(ConnectionLost)),       // server shutdown in progress
+            (1047, Some(StoreNotReady)),        // WSREP has not yet prepared node
+            (1040, Some(StoreNotReady)),        // too many connections
+            (1290, Some(StoreNotReady)),        // --read-only
+            (1792, Some(StoreNotReady)),        // read-only transaction
+            (1062, None),                       // duplicate outside a claim
+            (4025, None),                       // CHECK constraint failed
+            (1064, None),                       // syntax error
+            (1146, None),                       // table does not exist
+        ];
+        for (number, expected) in table {
+            assert_maps_to(
+                map_mysql_number(*number, Phase::Other),
+                *expected,
+                "MySQL error",
+                &number.to_string(),
+            );
+        }
+        for number in [1205, 1969] {
+            assert_eq!(
+                map_mysql_number(number, CLAIM),
+                LedgerError::InFlight {
+                    retry_after: Duration::from_millis(250)
+                }
+            );
+        }
     }
 
     #[test]

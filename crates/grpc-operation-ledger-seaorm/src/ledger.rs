@@ -11,8 +11,8 @@ use grpc_core_api::{
 };
 use sea_orm::{ConnectionTrait, DbBackend, QueryResult, Statement, Value};
 
-use crate::error::{Phase, map_db_err};
-use crate::sql::Sql;
+use crate::error::{Phase, is_duplicate_key, map_db_err};
+use crate::sql::{Sql, Stmt};
 
 /// How long a claim waits behind another unit of work's uncommitted claim of the same identity
 /// when the connection sets no bound of its own; reported as the `InFlight` retry delay.
@@ -95,7 +95,9 @@ where
 
     fn sql(&self) -> Result<&'static Sql, LedgerError> {
         Sql::for_backend(self.backend()).ok_or_else(|| {
-            LedgerError::internal("the operation ledger supports PostgreSQL and SQLite only")
+            LedgerError::internal(
+                "the operation ledger supports PostgreSQL, SQLite and MariaDB/MySQL",
+            )
         })
     }
 
@@ -103,13 +105,14 @@ where
         self.connection().get_database_backend()
     }
 
-    fn statement(&self, sql: &str, values: Vec<Value>) -> Statement {
-        Statement::from_sql_and_values(self.backend(), sql, values)
+    /// `stmt` with `values` given in its template's parameter order.
+    fn statement(&self, stmt: &Stmt, values: Vec<Value>) -> Statement {
+        Statement::from_sql_and_values(self.backend(), &stmt.text, stmt.values(values))
     }
 
     async fn execute(
         &self,
-        sql: &str,
+        sql: &Stmt,
         values: Vec<Value>,
         phase: Phase,
     ) -> Result<u64, LedgerError> {
@@ -200,11 +203,25 @@ where
             if self.backend() == DbBackend::Postgres {
                 values.push(format!("{}ms", self.claim_wait.as_millis().max(1)).into());
             }
-            let inserted = self
-                .connection()
-                .query_one_raw(self.statement(&sql.claim_insert, values))
-                .await
-                .map_err(|e| map_db_err(e, phase))?;
+            let mut statement = self.statement(&sql.claim_insert, values);
+            match self.backend() {
+                // The wait's bound prefixes the statement (a number from the configuration, never
+                // request data); max_statement_time takes fractions of a second.
+                DbBackend::MySql => {
+                    statement.sql = format!(
+                        "SET STATEMENT max_statement_time={:.3} FOR {}",
+                        self.claim_wait.as_secs_f64().max(0.001),
+                        statement.sql
+                    )
+                }
+                _ => {}
+            }
+            let inserted = match self.connection().query_one_raw(statement).await {
+                Ok(row) => row,
+                // MariaDB refuses the duplicate (1062): nothing was inserted.
+                Err(error) if is_duplicate_key(&error) => None,
+                Err(error) => return Err(map_db_err(error, phase)),
+            };
             if let Some(row) = inserted {
                 let version = row
                     .try_get::<i64>("", "version")

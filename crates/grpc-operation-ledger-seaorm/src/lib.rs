@@ -61,7 +61,7 @@ mod migration;
 mod sql;
 mod units;
 
-pub use connect::{LedgerConfig, connect_postgres, open_sqlite};
+pub use connect::{LedgerConfig, connect_mysql, connect_postgres, open_sqlite};
 pub use ledger::{LedgerConnection, SeaOrmOperationLedger};
 pub use migration::{LEDGER_TABLE, LedgerMigrator, MIGRATIONS_TABLE, ledger_migrations, migrate};
 pub use sql::statements;

@@ -94,13 +94,30 @@ async fn migrate_once(db: &sea_orm::DatabaseConnection) -> Result<(), DbErr> {
         ..TransactionOptions::default()
     };
     let txn = db.begin_with_options(options).await?;
-    if txn.get_database_backend() == DbBackend::Postgres {
-        txn.execute_unprepared(&format!(
-            "SELECT pg_advisory_xact_lock({MIGRATION_LOCK_KEY})"
-        ))
-        .await?;
+    match txn.get_database_backend() {
+        DbBackend::Postgres => {
+            txn.execute_unprepared(&format!(
+                "SELECT pg_advisory_xact_lock({MIGRATION_LOCK_KEY})"
+            ))
+            .await?;
+        }
+        // MariaDB/MySQL commit DDL on their own, so the lock is the session's, released below
+        // (and by the session's end if this process dies).
+        DbBackend::MySql => {
+            txn.execute_unprepared(&format!(
+                "DO GET_LOCK('grpc_operation_ledger_migrations', {})",
+                MIGRATION_PATIENCE.as_secs()
+            ))
+            .await?;
+        }
+        _ => {}
     }
-    LedgerMigrator::up(&txn, None).await?;
+    let migrated = LedgerMigrator::up(&txn, None).await;
+    if txn.get_database_backend() == DbBackend::MySql {
+        txn.execute_unprepared("DO RELEASE_LOCK('grpc_operation_ledger_migrations')")
+            .await?;
+    }
+    migrated?;
     txn.commit().await
 }
 
@@ -115,9 +132,8 @@ impl MigrationName for CreateOperationLedger {
     }
 }
 
-/// Columns and constraints shared by both stores. The CHECK constraints hold for rows written by
-/// anything, including migrations, backfills and support scripts that bypass this crate.
-const TABLE_BODY: &str = "
+/// The columns, for PostgreSQL and SQLite.
+const TABLE_COLUMNS: &str = "
     caller_fingerprint   VARCHAR(128)  NOT NULL,
     full_method_name     VARCHAR(512)  NOT NULL,
     idempotency_key_hash VARCHAR(64)   NOT NULL,
@@ -129,7 +145,28 @@ const TABLE_BODY: &str = "
     completed_at         BIGINT,
     outcome_reference    VARCHAR(1024),
     failure_code         INTEGER,
-    failure_message      VARCHAR(1024),
+    failure_message      VARCHAR(1024),";
+
+/// The columns, for MariaDB/MySQL: the identity, fingerprint and state compare byte for byte
+/// (`ascii_bin`), never by the server's default case-insensitive collation, under which two
+/// callers or keys differing only in case would be one row; texts shown to callers are utf8mb4.
+const MYSQL_TABLE_COLUMNS: &str = "
+    caller_fingerprint   VARCHAR(128)  CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
+    full_method_name     VARCHAR(512)  CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
+    idempotency_key_hash VARCHAR(64)   CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
+    request_fingerprint  VARCHAR(64)   CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
+    state                VARCHAR(16)   CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
+    version              BIGINT        NOT NULL,
+    claimed_at           BIGINT        NOT NULL,
+    lease_expires_at     BIGINT        NOT NULL,
+    completed_at         BIGINT,
+    outcome_reference    VARCHAR(1024) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    failure_code         INTEGER,
+    failure_message      VARCHAR(1024) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,";
+
+/// Key and constraints shared by every store. The CHECK constraints hold for rows written by
+/// anything, including migrations, backfills and support scripts that bypass this crate.
+const TABLE_CONSTRAINTS: &str = "
     CONSTRAINT pk_grpc_operation_ledger
         PRIMARY KEY (caller_fingerprint, full_method_name, idempotency_key_hash),
     CONSTRAINT ck_grpc_operation_ledger_state
@@ -159,17 +196,28 @@ impl MigrationTrait for CreateOperationLedger {
             // column, can be a heap-only-tuple update.
             DbBackend::Postgres => {
                 format!(
-                    "CREATE TABLE IF NOT EXISTS {LEDGER_TABLE} ({TABLE_BODY}) WITH (fillfactor = 80)"
+                    "CREATE TABLE IF NOT EXISTS {LEDGER_TABLE} ({TABLE_COLUMNS}{TABLE_CONSTRAINTS}) \
+                     WITH (fillfactor = 80)"
                 )
             }
             // WITHOUT ROWID clusters the rows on the identity: one B-tree, not a rowid table
             // plus a unique index.
             DbBackend::Sqlite => {
-                format!("CREATE TABLE IF NOT EXISTS {LEDGER_TABLE} ({TABLE_BODY}) WITHOUT ROWID")
+                format!(
+                    "CREATE TABLE IF NOT EXISTS {LEDGER_TABLE} ({TABLE_COLUMNS}{TABLE_CONSTRAINTS}) \
+                     WITHOUT ROWID"
+                )
+            }
+            // InnoDB clusters the rows on the primary key, the identity.
+            DbBackend::MySql => {
+                format!(
+                    "CREATE TABLE IF NOT EXISTS {LEDGER_TABLE} \
+                     ({MYSQL_TABLE_COLUMNS}{TABLE_CONSTRAINTS}) ENGINE=InnoDB"
+                )
             }
             other => {
                 return Err(DbErr::Migration(format!(
-                    "the operation ledger supports PostgreSQL and SQLite, not {other:?}"
+                    "the operation ledger supports PostgreSQL, SQLite and MariaDB/MySQL, not {other:?}"
                 )));
             }
         };
@@ -203,8 +251,10 @@ impl MigrationName for RefuseUnreplayableOutcomes {
     }
 }
 
-const POSTGRES_OUTCOME_CHECKS: &str = "ALTER TABLE grpc_operation_ledger
-    ADD COLUMN failure_details BYTEA,
+/// The new column and CHECKs, for PostgreSQL (`{bytes}` BYTEA) and MariaDB/MySQL (BLOB); both
+/// know `octet_length`.
+const OUTCOME_CHECKS: &str = "ALTER TABLE grpc_operation_ledger
+    ADD COLUMN failure_details {bytes},
     ADD CONSTRAINT ck_grpc_operation_ledger_failure_details_size
         CHECK (failure_details IS NULL OR octet_length(failure_details) <= 8192),
     ADD CONSTRAINT ck_grpc_operation_ledger_failed_has_code
@@ -231,7 +281,12 @@ impl MigrationTrait for RefuseUnreplayableOutcomes {
         let db = manager.get_connection();
         match manager.get_database_backend() {
             DbBackend::Postgres => {
-                db.execute_unprepared(POSTGRES_OUTCOME_CHECKS).await?;
+                db.execute_unprepared(&OUTCOME_CHECKS.replace("{bytes}", "BYTEA"))
+                    .await?;
+            }
+            DbBackend::MySql => {
+                db.execute_unprepared(&OUTCOME_CHECKS.replace("{bytes}", "BLOB"))
+                    .await?;
             }
             DbBackend::Sqlite => {
                 db.execute_unprepared(&format!(
@@ -253,7 +308,7 @@ impl MigrationTrait for RefuseUnreplayableOutcomes {
             }
             other => {
                 return Err(DbErr::Migration(format!(
-                    "the operation ledger supports PostgreSQL and SQLite, not {other:?}"
+                    "the operation ledger supports PostgreSQL, SQLite and MariaDB/MySQL, not {other:?}"
                 )));
             }
         }
@@ -263,9 +318,10 @@ impl MigrationTrait for RefuseUnreplayableOutcomes {
     async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
         let db = manager.get_connection();
         match manager.get_database_backend() {
-            DbBackend::Postgres => {
+            DbBackend::Postgres | DbBackend::MySql => {
                 db.execute_unprepared(
                     "ALTER TABLE grpc_operation_ledger \
+                     DROP CONSTRAINT IF EXISTS ck_grpc_operation_ledger_failure_details_size, \
                      DROP CONSTRAINT IF EXISTS ck_grpc_operation_ledger_failed_has_code, \
                      DROP CONSTRAINT IF EXISTS ck_grpc_operation_ledger_outcome_replayable, \
                      DROP CONSTRAINT IF EXISTS ck_grpc_operation_ledger_failure_message_replayable, \

@@ -1,9 +1,11 @@
 //! Every statement the adapter sends, written out so that reviewers and tests can read them.
 //!
 //! Templates use `$N` placeholders and a `{now}` token. [`Sql::for_backend`] turns them into the
-//! store's dialect: `?N` placeholders for SQLite, and the database's own clock in milliseconds
-//! since the Unix epoch for `{now}` (lease expiry is judged by the store's clock, never the
-//! caller's). Every value is bound; nothing from a request is ever spliced into SQL text.
+//! store's dialect: `?N` placeholders for SQLite, positional `?` for MariaDB/MySQL (with the
+//! order of the template's parameters kept, to bind values in that order), and the database's own
+//! clock in milliseconds since the Unix epoch for `{now}` (lease expiry is judged by the store's
+//! clock, never the caller's). Every value is bound; nothing from a request is ever spliced into
+//! SQL text. MariaDB has no `ON CONFLICT`, so its claim and purge are written for it below.
 
 use std::sync::OnceLock;
 
@@ -80,18 +82,69 @@ const PURGE: &str = "DELETE FROM grpc_operation_ledger \
     WHERE claimed_at < clock.cutoff AND completed_at < clock.cutoff \
     AND state <> 'IN_PROGRESS' LIMIT $2)";
 
+/// MariaDB/MySQL claim: an insert that can only insert. A duplicate is refused with error 1062,
+/// which the adapter reads as "not inserted" (`INSERT IGNORE` would also turn truncation and
+/// CHECK failures into warnings, and a no-op `ON DUPLICATE KEY UPDATE` would lock and count the
+/// other row); MariaDB keeps the transaction after a refused statement. The bound on the wait
+/// behind another unit's uncommitted claim is a `SET STATEMENT max_statement_time` prefix the
+/// adapter adds (`innodb_lock_wait_timeout` has whole seconds only).
+const MYSQL_CLAIM_INSERT: &str = "INSERT INTO grpc_operation_ledger \
+    (caller_fingerprint, full_method_name, idempotency_key_hash, request_fingerprint, \
+     state, version, claimed_at, lease_expires_at) \
+    SELECT $1, $2, $3, $4, 'IN_PROGRESS', clock.now * 1048576 + $6, clock.now, clock.now + $5 \
+    FROM (SELECT {now} AS now) AS clock \
+    RETURNING version";
+
+/// MariaDB/MySQL purge: a DELETE may not select from its own table or limit an `IN` subquery, but
+/// it may limit itself.
+const MYSQL_PURGE: &str = "DELETE FROM grpc_operation_ledger \
+    WHERE claimed_at < {now} - $1 AND completed_at < {now} - $1 \
+    AND state <> 'IN_PROGRESS' LIMIT $2";
+
 const POSTGRES_NOW: &str = "(EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::BIGINT";
 const SQLITE_NOW: &str = "CAST(unixepoch('subsec') * 1000 AS INTEGER)";
+const MYSQL_NOW: &str = "CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED)";
+
+/// One statement in a store's dialect.
+#[derive(Debug)]
+pub(crate) struct Stmt {
+    /// The SQL text.
+    pub(crate) text: String,
+    /// For positional `?` placeholders: the template parameter (1-based) each one stands for.
+    order: Option<Vec<usize>>,
+}
+
+impl Stmt {
+    /// The values to bind, in the order the placeholders want them, from values given in the
+    /// template's parameter order (`$1`, `$2`, ...).
+    pub(crate) fn values(&self, values: Vec<sea_orm::Value>) -> Vec<sea_orm::Value> {
+        match &self.order {
+            None => values,
+            Some(order) => order.iter().map(|n| values[n - 1].clone()).collect(),
+        }
+    }
+}
 
 /// The statements in one store's dialect.
 #[derive(Debug)]
 pub(crate) struct Sql {
-    pub(crate) claim_insert: String,
-    pub(crate) select_record: String,
-    pub(crate) take_over: String,
-    pub(crate) mark_committed: String,
-    pub(crate) mark_failed: String,
-    pub(crate) purge: String,
+    pub(crate) claim_insert: Stmt,
+    pub(crate) select_record: Stmt,
+    pub(crate) take_over: Stmt,
+    pub(crate) mark_committed: Stmt,
+    pub(crate) mark_failed: Stmt,
+    pub(crate) purge: Stmt,
+}
+
+/// How a dialect writes placeholders.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Placeholders {
+    /// `$N` (PostgreSQL).
+    Dollar,
+    /// `?N` (SQLite's positional form; `$N` would be a named parameter there).
+    QuestionNumbered,
+    /// `?`, in order (MariaDB/MySQL).
+    Question,
 }
 
 impl Sql {
@@ -99,34 +152,90 @@ impl Sql {
     pub(crate) fn for_backend(backend: DbBackend) -> Option<&'static Self> {
         static POSTGRES: OnceLock<Sql> = OnceLock::new();
         static SQLITE: OnceLock<Sql> = OnceLock::new();
+        static MYSQL: OnceLock<Sql> = OnceLock::new();
         match backend {
-            DbBackend::Postgres => {
-                Some(POSTGRES.get_or_init(|| Self::build(POSTGRES_NOW, POSTGRES_WAIT_BOUND, false)))
-            }
-            DbBackend::Sqlite => Some(SQLITE.get_or_init(|| Self::build(SQLITE_NOW, "", true))),
+            DbBackend::Postgres => Some(POSTGRES.get_or_init(|| {
+                Self::build(
+                    POSTGRES_NOW,
+                    Placeholders::Dollar,
+                    [
+                        CLAIM_INSERT
+                            .replace("{wait_bound}", POSTGRES_WAIT_BOUND)
+                            .as_str(),
+                        SELECT_RECORD,
+                        PURGE,
+                    ],
+                )
+            })),
+            DbBackend::Sqlite => Some(SQLITE.get_or_init(|| {
+                Self::build(
+                    SQLITE_NOW,
+                    Placeholders::QuestionNumbered,
+                    [
+                        CLAIM_INSERT.replace("{wait_bound}", "").as_str(),
+                        SELECT_RECORD,
+                        PURGE,
+                    ],
+                )
+            })),
+            DbBackend::MySql => Some(MYSQL.get_or_init(|| {
+                Self::build(
+                    MYSQL_NOW,
+                    Placeholders::Question,
+                    [MYSQL_CLAIM_INSERT, SELECT_RECORD, MYSQL_PURGE],
+                )
+            })),
             _ => None,
         }
     }
 
-    fn build(now: &str, wait_bound: &str, question_placeholders: bool) -> Self {
-        let render = |template: &str| {
-            let text = template
-                .replace("{now}", now)
-                .replace("{wait_bound}", wait_bound);
-            if question_placeholders {
-                // `$N` is a named parameter in SQLite; `?N` is its positional form.
-                text.replace('$', "?")
-            } else {
-                text
-            }
-        };
+    /// The dialect's statements; `[claim, select, purge]` are the templates that differ by
+    /// dialect, the transitions are shared.
+    fn build(now: &str, placeholders: Placeholders, [claim, select, purge]: [&str; 3]) -> Self {
+        let render = |template: &str| render(&template.replace("{now}", now), placeholders);
         Self {
-            claim_insert: render(CLAIM_INSERT),
-            select_record: render(SELECT_RECORD),
+            claim_insert: render(claim),
+            select_record: render(select),
             take_over: render(TAKE_OVER),
             mark_committed: render(MARK_COMMITTED),
             mark_failed: render(MARK_FAILED),
-            purge: render(PURGE),
+            purge: render(purge),
+        }
+    }
+}
+
+/// A template's `$N` placeholders in `style`.
+fn render(template: &str, style: Placeholders) -> Stmt {
+    match style {
+        Placeholders::Dollar => Stmt {
+            text: template.to_owned(),
+            order: None,
+        },
+        Placeholders::QuestionNumbered => Stmt {
+            text: template.replace('$', "?"),
+            order: None,
+        },
+        Placeholders::Question => {
+            let (mut text, mut order) = (String::new(), Vec::new());
+            let mut rest = template;
+            while let Some(at) = rest.find('$') {
+                text.push_str(&rest[..at]);
+                let digits = rest[at + 1..]
+                    .find(|c: char| !c.is_ascii_digit())
+                    .map_or(rest.len() - at - 1, |n| n);
+                order.push(
+                    rest[at + 1..at + 1 + digits]
+                        .parse()
+                        .expect("a parameter number"),
+                );
+                text.push('?');
+                rest = &rest[at + 1 + digits..];
+            }
+            text.push_str(rest);
+            Stmt {
+                text,
+                order: Some(order),
+            }
         }
     }
 }
@@ -136,12 +245,12 @@ impl Sql {
 pub fn statements(backend: DbBackend) -> Option<[(&'static str, &'static str); 6]> {
     let sql = Sql::for_backend(backend)?;
     Some([
-        ("claim", sql.claim_insert.as_str()),
-        ("read", sql.select_record.as_str()),
-        ("take over", sql.take_over.as_str()),
-        ("mark committed", sql.mark_committed.as_str()),
-        ("mark failed", sql.mark_failed.as_str()),
-        ("purge", sql.purge.as_str()),
+        ("claim", sql.claim_insert.text.as_str()),
+        ("read", sql.select_record.text.as_str()),
+        ("take over", sql.take_over.text.as_str()),
+        ("mark committed", sql.mark_committed.text.as_str()),
+        ("mark failed", sql.mark_failed.text.as_str()),
+        ("purge", sql.purge.text.as_str()),
     ])
 }
 
@@ -149,10 +258,34 @@ pub fn statements(backend: DbBackend) -> Option<[(&'static str, &'static str); 6
 mod tests {
     use super::*;
 
+    /// The statement texts of a dialect, for assertions.
+    struct Texts {
+        claim_insert: String,
+        select_record: String,
+        take_over: String,
+        mark_committed: String,
+        mark_failed: String,
+        purge: String,
+    }
+
+    impl Texts {
+        fn of(sql: &Sql) -> Self {
+            Self {
+                claim_insert: sql.claim_insert.text.clone(),
+                select_record: sql.select_record.text.clone(),
+                take_over: sql.take_over.text.clone(),
+                mark_committed: sql.mark_committed.text.clone(),
+                mark_failed: sql.mark_failed.text.clone(),
+                purge: sql.purge.text.clone(),
+            }
+        }
+    }
+
     #[test]
     fn claim_only_inserts_and_every_statement_is_parameterised() {
         for backend in [DbBackend::Postgres, DbBackend::Sqlite] {
             let sql = Sql::for_backend(backend).expect("supported");
+            let sql = Texts::of(sql);
             assert!(
                 sql.claim_insert
                     .starts_with("INSERT INTO grpc_operation_ledger")
@@ -181,24 +314,45 @@ mod tests {
                 assert!(transition.contains("version = version + 1"));
             }
         }
+        let claim = |backend| &Sql::for_backend(backend).unwrap().claim_insert.text;
+        assert!(claim(DbBackend::Sqlite).contains("?5"));
+        assert!(!claim(DbBackend::Sqlite).contains('$'));
+        assert!(claim(DbBackend::Postgres).contains("$5"));
+    }
+
+    /// MariaDB binds positionally: every placeholder is a bare `?`, and the values follow the
+    /// template's parameter order, repeats included.
+    #[test]
+    fn mariadb_statements_bind_in_placeholder_order() {
+        let sql = Sql::for_backend(DbBackend::MySql).expect("supported");
         assert!(
-            Sql::for_backend(DbBackend::Sqlite)
-                .unwrap()
-                .claim_insert
-                .contains("?5")
+            sql.claim_insert
+                .text
+                .starts_with("INSERT INTO grpc_operation_ledger")
         );
-        assert!(
-            !Sql::for_backend(DbBackend::Sqlite)
-                .unwrap()
-                .claim_insert
-                .contains('$')
+        assert!(!sql.claim_insert.text.contains("IGNORE"));
+        assert!(!sql.claim_insert.text.contains("UPDATE"));
+        for stmt in [
+            &sql.claim_insert,
+            &sql.select_record,
+            &sql.take_over,
+            &sql.purge,
+        ] {
+            assert!(
+                !stmt.text.contains('$') && !stmt.text.contains("?1"),
+                "{}",
+                stmt.text
+            );
+        }
+        let values = |n: i64| (1..=n).map(sea_orm::Value::from).collect::<Vec<_>>();
+        assert_eq!(
+            sql.claim_insert.values(values(6)),
+            [1i64, 2, 3, 4, 6, 5].map(sea_orm::Value::from).to_vec()
         );
-        assert!(
-            Sql::for_backend(DbBackend::Postgres)
-                .unwrap()
-                .claim_insert
-                .contains("$5")
+        assert_eq!(
+            sql.purge.values(values(2)),
+            [1i64, 1, 2].map(sea_orm::Value::from).to_vec()
         );
-        assert!(Sql::for_backend(DbBackend::MySql).is_none());
+        assert!(Sql::for_backend(DbBackend::Postgres).is_some());
     }
 }

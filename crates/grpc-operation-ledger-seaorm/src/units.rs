@@ -5,8 +5,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use grpc_core_api::{GrpcOperationLedger, LedgerDurability, LedgerError, LedgerUnitsOfWork};
 use sea_orm::{
-    DatabaseConnection, DatabaseTransaction, SqliteTransactionMode, TransactionOptions,
-    TransactionTrait,
+    ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbBackend, IsolationLevel,
+    SqliteTransactionMode, TransactionOptions, TransactionTrait,
 };
 
 use crate::error::{Phase, map_db_err};
@@ -45,9 +45,16 @@ impl LedgerUnitsOfWork for SeaOrmUnitsOfWork {
     /// read first could not be upgraded to a writer later and would be refused at its first
     /// write, and waiting for the single write lock here, before the claim, keeps a busy store
     /// from looking like a duplicate in flight. PostgreSQL ignores the mode.
+    ///
+    /// On MariaDB/MySQL the unit runs at READ COMMITTED (PostgreSQL's default): a claim that finds
+    /// the identity's row (a duplicate refused) must read that row as committed now, which a
+    /// REPEATABLE READ snapshot taken earlier in the unit would not show, and a locking read
+    /// instead would deadlock racing takeovers.
     async fn begin(&self) -> Result<DatabaseTransaction, LedgerError> {
         let options = TransactionOptions {
             sqlite_transaction_mode: Some(SqliteTransactionMode::Immediate),
+            isolation_level: (self.db.get_database_backend() == DbBackend::MySql)
+                .then_some(IsolationLevel::ReadCommitted),
             ..TransactionOptions::default()
         };
         self.db

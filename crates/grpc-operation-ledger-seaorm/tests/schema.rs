@@ -15,6 +15,10 @@ async fn table_exists(db: &impl ConnectionTrait, table: &str) -> bool {
         DbBackend::Postgres => format!(
             "SELECT COUNT(*) AS n FROM information_schema.tables WHERE table_name = '{table}'"
         ),
+        DbBackend::MySql => format!(
+            "SELECT COUNT(*) AS n FROM information_schema.tables \
+             WHERE table_schema = DATABASE() AND table_name = '{table}'"
+        ),
         _ => format!(
             "SELECT COUNT(*) AS n FROM sqlite_master WHERE type = 'table' AND name = '{table}'"
         ),

@@ -7,8 +7,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use grpc_ledger_contract_tests::{Capabilities, LedgerFixture, LedgerStore, RawRow, UnitOfWork};
 use grpc_operation_ledger_seaorm::{
-    LedgerMigrator, SeaOrmOperationLedger, SeaOrmUnitsOfWork, connect_postgres, migrate,
-    open_sqlite,
+    LedgerMigrator, SeaOrmOperationLedger, SeaOrmUnitsOfWork, connect_mysql, connect_postgres,
+    migrate, open_sqlite,
 };
 use sea_orm::{ConnectionTrait, Database, DatabaseTransaction, DbBackend, Statement};
 use sea_orm_migration::MigratorTrait;
@@ -36,6 +36,13 @@ impl LedgerFixture for SeaOrmFixture {
                 concurrent_writers: true,
                 kill_connection: true,
                 concurrent_claim_identities: 200,
+                migrations: true,
+            },
+            Store::MariaDb => Capabilities {
+                claim_wait: config().claim_wait,
+                concurrent_writers: true,
+                kill_connection: true,
+                concurrent_claim_identities: 100,
                 migrations: true,
             },
             // One writer at a time, and no way to kill another connection from outside.
@@ -82,6 +89,7 @@ fn lost(_: sea_orm::DbErr) -> LedgerError {
 fn placeholder(db: &impl ConnectionTrait) -> &'static str {
     match db.get_database_backend() {
         DbBackend::Postgres => "$1",
+        DbBackend::MySql => "?",
         _ => "?1",
     }
 }
@@ -147,6 +155,10 @@ impl LedgerStore for SeaOrmStore {
              VALUES ('raw', '/raw.v1.Rows/Write', $1, $2, $3, 1, 1, 2, $4, $5, $6, $7)";
         let sql = match db.get_database_backend() {
             DbBackend::Postgres => sql.to_owned(),
+            // The parameters are in order, so bare `?` binds them right.
+            DbBackend::MySql => (1..=7)
+                .rev()
+                .fold(sql.to_owned(), |sql, n| sql.replace(&format!("${n}"), "?")),
             _ => sql.replace('$', "?"),
         };
         let values: Vec<sea_orm::Value> = vec![
@@ -176,6 +188,10 @@ impl LedgerStore for SeaOrmStore {
                 open_sqlite(path.as_ref(), &config()).await.map(|_| ())
             }
             Store::Postgres => match connect_postgres(url, &config()).await {
+                Ok(db) => migrate(&db).await,
+                Err(error) => Err(error),
+            },
+            Store::MariaDb => match connect_mysql(url, &config()).await {
                 Ok(db) => migrate(&db).await,
                 Err(error) => Err(error),
             },
@@ -216,27 +232,36 @@ impl UnitOfWork for SeaOrmUnit {
         self.txn.rollback().await.map_err(lost)
     }
 
-    /// PostgreSQL only (the capability says so): terminates the unit's backend from a second
-    /// connection, as an operator or a failover would.
+    /// PostgreSQL and MariaDB (the capability says so): ends the unit's server session from a
+    /// second connection, as an operator or a failover would.
     async fn kill_connection(&self) {
-        let pid: i32 = self
+        let backend = self.txn.get_database_backend();
+        let (who, kill) = match backend {
+            DbBackend::MySql => ("SELECT CAST(CONNECTION_ID() AS SIGNED)", "KILL CONNECTION "),
+            _ => (
+                "SELECT pg_backend_pid()::BIGINT",
+                "SELECT pg_terminate_backend",
+            ),
+        };
+        let id: i64 = self
             .txn
-            .query_one_raw(Statement::from_string(
-                DbBackend::Postgres,
-                "SELECT pg_backend_pid()",
-            ))
+            .query_one_raw(Statement::from_string(backend, who))
             .await
-            .expect("backend pid")
+            .expect("the session id")
             .expect("one row")
             .try_get_by_index(0)
-            .expect("an int");
+            .expect("an id");
         let admin = Database::connect(&self.url)
             .await
             .expect("admin connection");
+        let statement = match backend {
+            DbBackend::MySql => format!("{kill}{id}"),
+            _ => format!("{kill}({id})"),
+        };
         admin
-            .execute_unprepared(&format!("SELECT pg_terminate_backend({pid})"))
+            .execute_unprepared(&statement)
             .await
-            .expect("terminate the unit's backend");
+            .expect("end the unit's session");
         admin.close().await.expect("close admin connection");
     }
 }

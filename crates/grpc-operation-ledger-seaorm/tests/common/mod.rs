@@ -1,5 +1,5 @@
 //! Fresh stores for the adapter's own tests: a new SQLite file, or a new database on the
-//! PostgreSQL that `cargo xtask test` started (`DATABASE_URL`).
+//! PostgreSQL (`DATABASE_URL`) or the MariaDB (`MARIADB_URL`) that `cargo xtask test` started.
 
 #![allow(dead_code, unreachable_pub)]
 
@@ -12,13 +12,16 @@ use std::time::Duration;
 use grpc_core_api::{
     CallerFingerprint, GrpcMethod, GrpcOperationIdentity, IdempotencyKey, KeyHasher, LeaseDuration,
 };
-use grpc_operation_ledger_seaorm::{LedgerConfig, connect_postgres, migrate, open_sqlite};
+use grpc_operation_ledger_seaorm::{
+    LedgerConfig, connect_mysql, connect_postgres, migrate, open_sqlite,
+};
 use sea_orm::{ConnectionTrait, Database, DatabaseConnection};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Store {
     Sqlite,
     Postgres,
+    MariaDb,
 }
 
 /// One test's store; a SQLite file is deleted when it is dropped.
@@ -74,6 +77,19 @@ pub fn postgres_admin_url() -> String {
     }
 }
 
+/// The MariaDB the tests must run against (`mysql://user:password@host:port`, no database). As
+/// with PostgreSQL, there is no silent skip.
+pub fn mariadb_admin_url() -> String {
+    match std::env::var("MARIADB_URL") {
+        Ok(url) if !url.is_empty() => url,
+        _ => panic!(
+            "MARIADB_URL is not set: these tests need a real MariaDB. Run them with \
+             `cargo xtask test`, which starts one, or start one with `cargo xtask mariadb start` \
+             and export MARIADB_URL=$(cargo xtask mariadb url)"
+        ),
+    }
+}
+
 /// `url` with its database name replaced.
 pub fn with_database(url: &str, database: &str) -> String {
     let (base, query) = match url.split_once('?') {
@@ -123,6 +139,28 @@ pub async fn fresh(store: Store) -> TestDb {
                 sqlite_file: None,
             }
         }
+        Store::MariaDb => {
+            let server = mariadb_admin_url();
+            let admin = Database::connect(&server).await.unwrap_or_else(|e| {
+                panic!("cannot reach the MariaDB at MARIADB_URL ({e}); is it running?")
+            });
+            admin
+                .execute_unprepared(&format!("CREATE DATABASE {name}"))
+                .await
+                .expect("create a fresh database");
+            admin.close().await.expect("close the admin connection");
+            let url = format!("{}/{name}", server.trim_end_matches('/'));
+            let db = connect_mysql(&url, &config())
+                .await
+                .expect("connect MariaDB");
+            migrate(&db).await.expect("apply the ledger migrations");
+            TestDb {
+                db,
+                store,
+                url,
+                sqlite_file: None,
+            }
+        }
     }
 }
 
@@ -155,6 +193,14 @@ macro_rules! on_both_stores {
                 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
                 async fn $name() {
                     super::$name(super::common::Store::Postgres).await
+                }
+            )*
+        }
+        mod mariadb {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $name() {
+                    super::$name(super::common::Store::MariaDb).await
                 }
             )*
         }

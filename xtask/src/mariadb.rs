@@ -1,0 +1,255 @@
+//! A real MariaDB for the tests: Debian's `mariadb-server` (installed with apt-get when missing
+//! and running as root), initialised in a temporary directory and run as the clusters'
+//! unprivileged user on a free loopback port; stopped and removed on drop, also when a test fails
+//! or the command is interrupted. `cargo xtask mariadb start|stop|url` keeps one for development.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+
+use crate::cmd;
+use crate::postgres::{
+    CLUSTER_USER, ensure_system_user, free_loopback_port, fresh_temp_dir, path_str,
+    running_as_root, wait_until,
+};
+
+const SERVER: &str = "/usr/sbin/mariadbd";
+const INSTALL_DB: &str = "/usr/bin/mariadb-install-db";
+const CLIENT: &str = "/usr/bin/mariadb";
+
+/// The account the tests connect with over TCP (the server listens on loopback only).
+const USER: &str = "ledger";
+const PASSWORD: &str = "ledger";
+
+/// A running MariaDB; dropping it stops it and removes its directory (unless it is the
+/// development server, which `cargo xtask mariadb stop` removes).
+pub(crate) struct MariaDb {
+    root: PathBuf,
+    child: Option<Child>,
+    url: String,
+    throwaway: bool,
+}
+
+impl MariaDb {
+    /// Initialises and starts a server in `root` (which it then owns).
+    fn start(root: PathBuf, throwaway: bool) -> Result<Self> {
+        install()?;
+        let run_as = if running_as_root()? {
+            ensure_system_user()?;
+            cmd::output(Command::new("chown").args([
+                "-R",
+                &format!("{CLUSTER_USER}:"),
+                path_str(&root)?,
+            ]))?;
+            Some(CLUSTER_USER)
+        } else {
+            None
+        };
+        let user = run_as.map_or_else(whoami, |u| Ok(u.to_owned()))?;
+        let data = root.join("data");
+        cmd::output(
+            as_user(run_as, INSTALL_DB)
+                .current_dir(&root)
+                .args([
+                    "--no-defaults",
+                    "--skip-test-db",
+                    "--auth-root-authentication-method=socket",
+                ])
+                .arg(format!("--datadir={}", path_str(&data)?))
+                .arg(format!("--user={user}")),
+        )
+        .context("mariadb-install-db")?;
+        let port = free_loopback_port()?;
+        let socket = root.join("mariadb.sock");
+        let child = as_user(run_as, SERVER)
+            .current_dir(&root)
+            .arg("--no-defaults")
+            .arg(format!("--datadir={}", path_str(&data)?))
+            .arg(format!("--socket={}", path_str(&socket)?))
+            .arg(format!(
+                "--pid-file={}",
+                path_str(&root.join("mariadb.pid"))?
+            ))
+            .arg(format!(
+                "--log-error={}",
+                path_str(&root.join("error.log"))?
+            ))
+            .arg(format!("--tmpdir={}", path_str(&root)?))
+            .arg(format!("--port={port}"))
+            .args([
+                "--bind-address=127.0.0.1",
+                "--skip-name-resolve",
+                "--innodb-buffer-pool-size=64M",
+                "--innodb-log-file-size=48M",
+                "--max-connections=400",
+                // No test crashes the machine; a killed server keeps what it committed.
+                "--innodb-flush-log-at-trx-commit=2",
+            ])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .context("starting mariadbd")?;
+        let mut server = Self {
+            root,
+            child: Some(child),
+            url: format!("mysql://{USER}:{PASSWORD}@127.0.0.1:{port}"),
+            throwaway,
+        };
+        let sql = |statement: &str| {
+            cmd::output(
+                as_user(run_as, CLIENT)
+                    .current_dir(&server.root)
+                    .arg("--no-defaults")
+                    .arg(format!("--socket={}", socket.display()))
+                    .arg(format!("--user={user}"))
+                    .args(["-e", statement]),
+            )
+        };
+        if let Err(error) = wait_until(Duration::from_secs(60), || sql("SELECT 1").is_ok()) {
+            let log = std::fs::read_to_string(server.root.join("error.log")).unwrap_or_default();
+            server.child.take().map(|mut c| c.kill());
+            bail!("MariaDB did not start: {error:#}\n{log}");
+        }
+        sql(&format!(
+            "CREATE USER '{USER}'@'127.0.0.1' IDENTIFIED BY '{PASSWORD}'; \
+             GRANT ALL PRIVILEGES ON *.* TO '{USER}'@'127.0.0.1' WITH GRANT OPTION;"
+        ))
+        .context("creating the test account")?;
+        std::fs::write(server.root.join("url"), &server.url)?;
+        Ok(server)
+    }
+
+    /// `mysql://user:password@127.0.0.1:PORT` (no database: tests create their own).
+    pub(crate) fn url(&self) -> &str {
+        &self.url
+    }
+
+    fn stop(&mut self) {
+        if let Ok(pid) = std::fs::read_to_string(self.root.join("mariadb.pid")) {
+            let _ = Command::new("kill").args(["-TERM", pid.trim()]).status();
+            let pid_file = self.root.join("mariadb.pid");
+            let _ = wait_until(Duration::from_secs(30), || !pid_file.exists());
+        }
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for MariaDb {
+    fn drop(&mut self) {
+        if !self.throwaway {
+            return;
+        }
+        self.stop();
+        if let Err(error) = std::fs::remove_dir_all(&self.root) {
+            eprintln!("xtask: removing {} failed: {error}", self.root.display());
+        }
+    }
+}
+
+/// A command run as `user` (through runuser) when given.
+fn as_user(user: Option<&str>, program: &str) -> Command {
+    match user {
+        Some(user) => {
+            let mut command = Command::new("runuser");
+            command.args(["-u", user, "--", program]);
+            command
+        }
+        None => Command::new(program),
+    }
+}
+
+fn whoami() -> Result<String> {
+    Ok(cmd::output(Command::new("id").arg("-un"))?
+        .trim()
+        .to_owned())
+}
+
+/// Installs Debian's `mariadb-server` when it is missing and this process may (root).
+fn install() -> Result<()> {
+    if Path::new(SERVER).is_file() && Path::new(INSTALL_DB).is_file() {
+        return Ok(());
+    }
+    if !running_as_root()? {
+        bail!("{SERVER} is missing; install Debian's `mariadb-server` package");
+    }
+    eprintln!(
+        "xtask: installing Debian's `mariadb-server` with apt-get (the ledger's contract suite runs \
+         on MariaDB too)"
+    );
+    let install = || {
+        cmd::output(
+            Command::new("apt-get")
+                .args(["install", "-y", "--no-install-recommends", "mariadb-server"])
+                .env("DEBIAN_FRONTEND", "noninteractive"),
+        )
+    };
+    install()
+        .or_else(|_| {
+            cmd::output(Command::new("apt-get").arg("update"))?;
+            install()
+        })
+        .context("installing mariadb-server")?;
+    Ok(())
+}
+
+/// A throwaway server for `cargo xtask test`.
+pub(crate) fn for_tests() -> Result<MariaDb> {
+    let server = MariaDb::start(fresh_temp_dir()?, true)?;
+    eprintln!("xtask: tests use MariaDB at {}", redact(server.url()));
+    Ok(server)
+}
+
+fn redact(url: &str) -> String {
+    url.replace(&format!(":{PASSWORD}@"), ":***@")
+}
+
+// --- the development server -------------------------------------------------------------------
+
+fn dev_root() -> PathBuf {
+    std::env::temp_dir().join("grpc-safe-retries-dev-mariadb")
+}
+
+pub(crate) fn dev_start() -> Result<()> {
+    let root = dev_root();
+    if root.join("url").is_file() {
+        bail!("a development MariaDB is already running; `cargo xtask mariadb stop` first");
+    }
+    std::fs::create_dir_all(&root)?;
+    let mut server = MariaDb::start(root, false)?;
+    // Outlives this command: the process is not waited for, and `stop` ends it by its pid file.
+    drop(server.child.take());
+    println!("{}", server.url());
+    eprintln!("xtask: development MariaDB started; stop it with `cargo xtask mariadb stop`");
+    Ok(())
+}
+
+pub(crate) fn dev_stop() -> Result<()> {
+    let root = dev_root();
+    if !root.exists() {
+        eprintln!("xtask: no development MariaDB is running");
+        return Ok(());
+    }
+    let mut server = MariaDb {
+        root: root.clone(),
+        child: None,
+        url: String::new(),
+        throwaway: true,
+    };
+    server.stop();
+    drop(server);
+    eprintln!("xtask: development MariaDB stopped and removed");
+    Ok(())
+}
+
+pub(crate) fn dev_url() -> Result<()> {
+    let url = std::fs::read_to_string(dev_root().join("url"))
+        .context("no development MariaDB; `cargo xtask mariadb start` first")?;
+    println!("{url}");
+    Ok(())
+}
