@@ -204,17 +204,14 @@ where
                 values.push(format!("{}ms", self.claim_wait.as_millis().max(1)).into());
             }
             let mut statement = self.statement(&sql.claim_insert, values);
-            match self.backend() {
-                // The wait's bound prefixes the statement (a number from the configuration, never
-                // request data); max_statement_time takes fractions of a second.
-                DbBackend::MySql => {
-                    statement.sql = format!(
-                        "SET STATEMENT max_statement_time={:.3} FOR {}",
-                        self.claim_wait.as_secs_f64().max(0.001),
-                        statement.sql
-                    )
-                }
-                _ => {}
+            // On MariaDB the wait's bound prefixes the statement (a number from the
+            // configuration, never request data); max_statement_time takes fractions of a second.
+            if self.backend() == DbBackend::MySql {
+                statement.sql = format!(
+                    "SET STATEMENT max_statement_time={:.3} FOR {}",
+                    self.claim_wait.as_secs_f64().max(0.001),
+                    statement.sql
+                );
             }
             let inserted = match self.connection().query_one_raw(statement).await {
                 Ok(row) => row,

@@ -5,8 +5,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use grpc_core_api::{GrpcOperationLedger, LedgerDurability, LedgerError, LedgerUnitsOfWork};
 use sea_orm::{
-    ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbBackend, IsolationLevel,
-    SqliteTransactionMode, TransactionOptions, TransactionTrait,
+    DatabaseConnection, DatabaseTransaction, DbBackend, IsolationLevel, SqliteTransactionMode,
+    TransactionOptions, TransactionTrait,
 };
 
 use crate::error::{Phase, map_db_err};
