@@ -136,7 +136,7 @@ impl fmt::Display for DemoReport {
 pub enum Store {
     /// An embedded SQLite file (created if missing).
     Sqlite(std::path::PathBuf),
-    /// A PostgreSQL URL.
+    /// A database server's URL: PostgreSQL (`postgres://`), or MariaDB/MySQL (`mysql://`).
     Postgres(String),
 }
 
@@ -157,7 +157,9 @@ pub async fn open_store(
     sea_orm::DatabaseConnection,
     grpc_operation_ledger_seaorm::LedgerConfig,
 )> {
-    use grpc_operation_ledger_seaorm::{LedgerConfig, connect_postgres, open_sqlite};
+    use grpc_operation_ledger_seaorm::{
+        LedgerConfig, connect_mysql, connect_postgres, open_sqlite,
+    };
 
     let config = LedgerConfig {
         max_connections: 32,
@@ -166,7 +168,11 @@ pub async fn open_store(
     let db = match store {
         Store::Sqlite(path) => open_sqlite(path, &config).await?,
         Store::Postgres(url) => {
-            let db = connect_postgres(url, &config).await?;
+            let db = if url.starts_with("mysql://") || url.starts_with("mariadb://") {
+                connect_mysql(&url.replacen("mariadb://", "mysql://", 1), &config).await?
+            } else {
+                connect_postgres(url, &config).await?
+            };
             grpc_operation_ledger_seaorm::migrate(&db).await?;
             db
         }

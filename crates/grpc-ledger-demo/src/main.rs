@@ -33,7 +33,9 @@ struct Args {
     /// Every n-th key is resent with a changed body (0: never).
     #[arg(long, default_value_t = 20)]
     changed_body_every: u64,
-    /// PostgreSQL instead of the embedded SQLite file (e.g. from `cargo xtask pg url`).
+    /// A database server instead of the embedded SQLite file: PostgreSQL (`postgres://`, e.g.
+    /// from `cargo xtask pg url`) or MariaDB/MySQL (`mysql://`, `cargo xtask mariadb url` plus a
+    /// database name).
     #[arg(long)]
     database_url: Option<String>,
     /// The SQLite file (default: a fresh file in the temporary directory, removed afterwards).
@@ -82,6 +84,11 @@ async fn main() -> ExitCode {
         "store: {}",
         match &store {
             Store::Sqlite(p) => format!("SQLite {}", p.display()),
+            Store::Postgres(url)
+                if url.starts_with("mysql://") || url.starts_with("mariadb://") =>
+            {
+                "MariaDB/MySQL".to_owned()
+            }
             Store::Postgres(_) => "PostgreSQL".to_owned(),
         }
     );

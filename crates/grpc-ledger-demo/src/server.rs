@@ -34,7 +34,8 @@ pub async fn prepare_database(db: &DatabaseConnection) -> Result<(), DbErr> {
     .map(|_| ())
 }
 
-/// Writes `$N` placeholders in the connection's dialect.
+/// Writes `$N` placeholders in the connection's dialect (the demo's statements number them in
+/// order, so MariaDB's bare `?` binds them right).
 pub(crate) fn statement(
     db: &impl ConnectionTrait,
     sql: &str,
@@ -43,6 +44,19 @@ pub(crate) fn statement(
     let backend = db.get_database_backend();
     let sql = match backend {
         DbBackend::Postgres => sql.to_owned(),
+        DbBackend::MySql => {
+            let mut out = String::with_capacity(sql.len());
+            let mut chars = sql.chars().peekable();
+            while let Some(c) = chars.next() {
+                if c == '$' {
+                    out.push('?');
+                    while chars.next_if(char::is_ascii_digit).is_some() {}
+                } else {
+                    out.push(c);
+                }
+            }
+            out
+        }
         _ => sql.replace('$', "?"),
     };
     Statement::from_sql_and_values(backend, sql, values)

@@ -1,5 +1,5 @@
-//! The demo's core on SQLite and on the PostgreSQL of `cargo xtask test`, with half of all
-//! responses lost after commit: every acknowledged payment exactly once, nothing lost.
+//! The demo's core on SQLite, and on the PostgreSQL and the MariaDB of `cargo xtask test`, with
+//! half of all responses lost after commit: every acknowledged payment exactly once, nothing lost.
 
 use std::time::Duration;
 
@@ -58,6 +58,28 @@ async fn exactly_once_on_postgres_with_half_the_responses_lost() {
         panic!("DATABASE_URL is not set: run `cargo xtask test`, or `cargo xtask pg start` and export DATABASE_URL=$(cargo xtask pg url)")
     });
     let run_id = format!("pg{}", std::process::id());
+    let report = run_demo(&Store::Postgres(url), FAULTS, &client(&run_id))
+        .await
+        .unwrap();
+    assert_exactly_once(&report);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn exactly_once_on_mariadb_with_half_the_responses_lost() {
+    let server = std::env::var("MARIADB_URL").ok().filter(|u| !u.is_empty()).unwrap_or_else(|| {
+        panic!("MARIADB_URL is not set: run `cargo xtask test`, or `cargo xtask mariadb start` and export MARIADB_URL=$(cargo xtask mariadb url)")
+    });
+    // A database of its own on the shared server.
+    let database = format!("demo_{}", std::process::id());
+    let admin = sea_orm::Database::connect(&server).await.unwrap();
+    sea_orm::ConnectionTrait::execute_unprepared(
+        &admin,
+        &format!("CREATE DATABASE IF NOT EXISTS {database}"),
+    )
+    .await
+    .unwrap();
+    let url = format!("{}/{database}", server.trim_end_matches('/'));
+    let run_id = format!("maria{}", std::process::id());
     let report = run_demo(&Store::Postgres(url), FAULTS, &client(&run_id))
         .await
         .unwrap();
