@@ -27,8 +27,7 @@ pub(crate) fn chaos(quick: bool, interrupted: &AtomicBool) -> Result<()> {
         &[],
         interrupted,
     )?;
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let demo = root.join("target").join("debug").join("grpc-ledger-demo");
+    let demo = cmd::target_dir()?.join("debug").join("grpc-ledger-demo");
     let cluster = postgres::cluster_for_chaos()?;
     let payments = if quick { 1000 } else { 4000 };
     let rounds = if quick { 1 } else { 4 };

@@ -108,3 +108,25 @@ pub(crate) fn output(command: &mut Command) -> Result<String> {
     }
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
+
+/// Where cargo puts build output: `cargo metadata` knows (`CARGO_TARGET_DIR`, `build.target-dir`
+/// in any config file, or the workspace's `target`), so xtask never guesses.
+pub(crate) fn target_dir() -> Result<std::path::PathBuf> {
+    let metadata = output(&mut cargo_command(
+        &["metadata", "--format-version", "1", "--no-deps"],
+        &[],
+    ))
+    .context("cargo metadata")?;
+    let key = "\"target_directory\":\"";
+    let start = metadata
+        .find(key)
+        .map(|at| at + key.len())
+        .context("cargo metadata names no target directory")?;
+    let end = metadata[start..]
+        .find('"')
+        .map(|len| start + len)
+        .context("cargo metadata's target directory is cut short")?;
+    Ok(std::path::PathBuf::from(
+        metadata[start..end].replace("\\\\", "\\"),
+    ))
+}

@@ -213,10 +213,7 @@ fn python_peers() -> Result<()> {
 fn sarif_schema() -> Result<String> {
     const PACKAGE: &str = "@microsoft/jest-sarif@1.0.0-beta.0";
     const MEMBER: &str = "package/lib/schemas/sarif-2.1.0-rtm.5.json";
-    let dir = std::path::Path::new(
-        &std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".to_owned()),
-    )
-    .join("peers");
+    let dir = cmd::target_dir()?.join("peers");
     let schema = dir.join(MEMBER);
     if !schema.is_file() {
         std::fs::create_dir_all(&dir)?;
@@ -278,17 +275,14 @@ fn bench(flags: &[&str]) -> Result<()> {
         &interrupted,
     )
     .context("building the benchmarks")?;
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let summary = root.join("target").join("bench").join("summary.json");
+    let target = cmd::target_dir()?;
+    let summary = target.join("bench").join("summary.json");
     let database = postgres::for_benchmarks()?;
     eprintln!(
         "xtask: benchmarks use a durable PostgreSQL at {}",
         database.redacted_url()
     );
-    let binary = root
-        .join("target")
-        .join("release")
-        .join("grpc-ledger-bench");
+    let binary = target.join("release").join("grpc-ledger-bench");
     let mut command = std::process::Command::new(binary);
     command
         .env("DATABASE_URL", database.url())

@@ -537,9 +537,12 @@ pub(crate) fn wait_until(limit: Duration, mut ready: impl FnMut() -> bool) -> Re
 // --- the development cluster -------------------------------------------------------------------
 
 fn dev_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("..")
-        .join("target")
+    cmd::target_dir()
+        .unwrap_or_else(|_| {
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("..")
+                .join("target")
+        })
         .join("xtask")
         .join("pg")
 }
