@@ -45,7 +45,7 @@ pub struct DemoReport {
     /// Unknown outcomes resolved before deciding to resend.
     pub resolved_first: u64,
     /// Refusals to retry, by reason.
-    pub refused: Vec<(String, u64)>,
+    pub refused: Vec<(grpc_policy::RefusalReason, u64)>,
     /// Responses the fault layer dropped after commit.
     pub dropped_responses: u64,
     /// Responses the fault layer delayed past the deadline.
@@ -71,7 +71,7 @@ impl DemoReport {
     pub fn budget_throttled(&self) -> u64 {
         self.refused
             .iter()
-            .filter(|(reason, _)| reason == "BudgetExhausted")
+            .filter(|(reason, _)| *reason == grpc_policy::RefusalReason::BudgetExhausted)
             .map(|(_, count)| count)
             .sum()
     }

@@ -52,7 +52,7 @@ pub struct AttemptFacts {
 }
 
 /// Why a retry was refused.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum RefusalReason {
     /// The owner is the mesh or nobody: nothing in the process retries.
     NotOwner,

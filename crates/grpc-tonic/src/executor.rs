@@ -65,17 +65,17 @@ pub struct ExecutorStats {
     pub resolved_first: AtomicU64,
     /// Answers that were replays of an earlier attempt's outcome.
     pub replays: AtomicU64,
-    refusals: Mutex<BTreeMap<String, u64>>,
+    refusals: Mutex<BTreeMap<RefusalReason, u64>>,
 }
 
 impl ExecutorStats {
     fn refused(&self, reason: RefusalReason) {
         let mut refusals = self.refusals.lock().unwrap_or_else(|p| p.into_inner());
-        *refusals.entry(format!("{reason:?}")).or_default() += 1;
+        *refusals.entry(reason).or_default() += 1;
     }
 
     /// Refusals by reason.
-    pub fn refusals(&self) -> BTreeMap<String, u64> {
+    pub fn refusals(&self) -> BTreeMap<RefusalReason, u64> {
         self.refusals
             .lock()
             .unwrap_or_else(|p| p.into_inner())

@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use grpc_core_api::{IdempotencyKey, LedgerDurability, REPLAYED_METADATA_KEY};
 use grpc_policy::{
-    CodeSet, GrpcRetryBudget, GrpcRetryOwner, MethodClass, RetryPolicy, RetryThrottling,
+    CodeSet, GrpcRetryBudget, GrpcRetryOwner, MethodClass, RefusalReason, RetryPolicy,
+    RetryThrottling,
 };
 use grpc_tonic::{Resolution, RetryExecutor, RetrySettings};
 use tonic::{Code, Request, Response, Status};
@@ -140,7 +141,13 @@ async fn a_non_idempotent_call_is_never_resent() {
         .unwrap_err();
     assert_eq!(status.code(), Code::Unavailable);
     assert_eq!(script.attempts(), 1);
-    assert_eq!(executor.stats().refusals().get("NotIdempotent"), Some(&1));
+    assert_eq!(
+        executor
+            .stats()
+            .refusals()
+            .get(&RefusalReason::NotIdempotent),
+        Some(&1)
+    );
 }
 
 #[tokio::test]
@@ -208,19 +215,19 @@ async fn keyed_mutations_are_refused_without_a_durable_ledger_or_a_key_and_mesh_
             GrpcRetryOwner::Application,
             LedgerDurability::Volatile,
             Some(&key),
-            "NoDurableLedger",
+            RefusalReason::NoDurableLedger,
         ),
         (
             GrpcRetryOwner::Application,
             LedgerDurability::Durable,
             None,
-            "MissingKey",
+            RefusalReason::MissingKey,
         ),
         (
             GrpcRetryOwner::Mesh,
             LedgerDurability::Durable,
             Some(&key),
-            "NotOwner",
+            RefusalReason::NotOwner,
         ),
     ];
     for (owner, ledger, key, reason) in cases {
@@ -239,7 +246,7 @@ async fn keyed_mutations_are_refused_without_a_durable_ledger_or_a_key_and_mesh_
             .unwrap_err();
         assert_eq!(script.attempts(), 1);
         assert_eq!(
-            executor.stats().refusals().get(reason),
+            executor.stats().refusals().get(&reason),
             Some(&1),
             "{reason}"
         );
