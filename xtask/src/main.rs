@@ -10,6 +10,7 @@
 mod chaos;
 mod cmd;
 mod fuzz;
+mod galera;
 mod mariadb;
 mod pgbouncer;
 mod postgres;
@@ -37,6 +38,8 @@ tasks:
   pg url            print the development PostgreSQL's URL
   mariadb start|stop|url
                     the same for a development MariaDB (Debian's mariadb-server)
+  galera test       the ledger's contract suite on a three-node MariaDB Galera cluster, its
+                    units spread over the nodes (also part of `test`)
 ";
 
 fn main() -> ExitCode {
@@ -68,6 +71,7 @@ fn run(args: Vec<String>) -> Result<()> {
         ["mariadb", "start"] => mariadb::dev_start(),
         ["mariadb", "stop"] => mariadb::dev_stop(),
         ["mariadb", "url"] => mariadb::dev_url(),
+        ["galera", "test"] => galera_test(),
         ["help" | "--help" | "-h"] | [] => {
             eprint!("{USAGE}");
             Ok(())
@@ -119,7 +123,9 @@ fn test() -> Result<()> {
     // The contract suite again, through PgBouncer, as production often reaches PostgreSQL.
     let pooled = outcome.and_then(|output| {
         let pooled = through_pooler(database.url(), &interrupted)?;
-        Ok(output + &pooled)
+        // And on a three-node Galera cluster, its units spread over the nodes (about 16 s).
+        let clustered = on_galera(&interrupted)?;
+        Ok(output + &pooled + &clustered)
     });
     // The servers are stopped here, before the result is reported, whatever the tests did.
     drop(database);
@@ -131,6 +137,36 @@ fn test() -> Result<()> {
     let (passed, failed) = count_tests(&output);
     println!("tests: {passed} passed, {failed} failed");
     Ok(())
+}
+
+fn galera_test() -> Result<()> {
+    let interrupted = cmd::install_interrupt_flag()?;
+    let output = on_galera(&interrupted)?;
+    let (passed, failed) = count_tests(&output);
+    println!("tests: {passed} passed, {failed} failed");
+    Ok(())
+}
+
+/// Runs the ledger contract suite on a fresh three-node Galera cluster; returns the test output.
+fn on_galera(interrupted: &std::sync::atomic::AtomicBool) -> Result<String> {
+    let started = std::time::Instant::now();
+    let cluster = galera::Galera::start().context("starting a Galera cluster")?;
+    eprintln!(
+        "xtask: a three-node Galera cluster synced in {:.1} s; the ledger contract suite on it",
+        started.elapsed().as_secs_f64()
+    );
+    cmd::cargo_tee(
+        &[
+            "test",
+            "--package",
+            "grpc-operation-ledger-seaorm",
+            "--test",
+            "contract_galera",
+        ],
+        &[("GALERA_URLS", &cluster.urls())],
+        interrupted,
+    )
+    .context("the contract suite on Galera")
 }
 
 /// Runs the ledger contract suite on PostgreSQL through a PgBouncer in session pooling (Debian's

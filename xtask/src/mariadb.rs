@@ -15,13 +15,13 @@ use crate::postgres::{
     running_as_root, wait_until,
 };
 
-const SERVER: &str = "/usr/sbin/mariadbd";
-const INSTALL_DB: &str = "/usr/bin/mariadb-install-db";
-const CLIENT: &str = "/usr/bin/mariadb";
+pub(crate) const SERVER: &str = "/usr/sbin/mariadbd";
+pub(crate) const INSTALL_DB: &str = "/usr/bin/mariadb-install-db";
+pub(crate) const CLIENT: &str = "/usr/bin/mariadb";
 
 /// The account the tests connect with over TCP (the server listens on loopback only).
-const USER: &str = "ledger";
-const PASSWORD: &str = "ledger";
+pub(crate) const USER: &str = "ledger";
+pub(crate) const PASSWORD: &str = "ledger";
 
 /// A running MariaDB; dropping it stops it and removes its directory (unless it is the
 /// development server, which `cargo xtask mariadb stop` removes).
@@ -153,7 +153,7 @@ impl Drop for MariaDb {
 }
 
 /// A command run as `user` (through runuser) when given.
-fn as_user(user: Option<&str>, program: &str) -> Command {
+pub(crate) fn as_user(user: Option<&str>, program: &str) -> Command {
     match user {
         Some(user) => {
             let mut command = Command::new("runuser");
@@ -164,14 +164,14 @@ fn as_user(user: Option<&str>, program: &str) -> Command {
     }
 }
 
-fn whoami() -> Result<String> {
+pub(crate) fn whoami() -> Result<String> {
     Ok(cmd::output(Command::new("id").arg("-un"))?
         .trim()
         .to_owned())
 }
 
 /// Installs Debian's `mariadb-server` when it is missing and this process may (root).
-fn install() -> Result<()> {
+pub(crate) fn install() -> Result<()> {
     if Path::new(SERVER).is_file() && Path::new(INSTALL_DB).is_file() {
         return Ok(());
     }

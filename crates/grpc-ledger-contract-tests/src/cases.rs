@@ -391,7 +391,10 @@ pub async fn racing_takeovers_of_an_expired_claim_have_one_winner<F: LedgerFixtu
                 // multi-primary certification conflict): retryable, and not an owner.
                 Ok(Err(LedgerError::Unavailable {
                     kind: UnavailableKind::SerializationFailure,
-                })) => {}
+                }))
+                | Err(LedgerError::Unavailable {
+                    kind: UnavailableKind::SerializationFailure,
+                }) => {}
                 Ok(Err(LedgerError::Unavailable { .. })) | Err(LedgerError::Unavailable { .. })
                     if !capabilities.concurrent_writers => {}
                 other => panic!("unexpected answer to a racing takeover: {other:?}"),
@@ -514,6 +517,14 @@ pub async fn concurrent_claims_have_exactly_one_owner<F: LedgerFixture>(fixture:
                 }
                 Ok(Err(LedgerError::Unavailable { .. })) | Err(LedgerError::Unavailable { .. })
                     if !capabilities.concurrent_writers => {}
+                // A racing unit ended by the store (a deadlock, a certification conflict between
+                // primaries): retryable, and not an owner.
+                Ok(Err(LedgerError::Unavailable {
+                    kind: UnavailableKind::SerializationFailure,
+                }))
+                | Err(LedgerError::Unavailable {
+                    kind: UnavailableKind::SerializationFailure,
+                }) => {}
                 other => panic!("unexpected answer to a concurrent claim: {other:?}"),
             }
         }
@@ -560,6 +571,12 @@ pub async fn concurrent_transitions_have_exactly_one_winner<F: LedgerFixture>(fi
             Ok(Err(LedgerError::AlreadyCompleted { .. })) => {}
             Ok(Err(LedgerError::Unavailable { .. })) | Err(LedgerError::Unavailable { .. })
                 if !capabilities.concurrent_writers => {}
+            Ok(Err(LedgerError::Unavailable {
+                kind: UnavailableKind::SerializationFailure,
+            }))
+            | Err(LedgerError::Unavailable {
+                kind: UnavailableKind::SerializationFailure,
+            }) => {}
             other => panic!("unexpected answer to a racing transition: {other:?}"),
         }
     }
@@ -586,6 +603,17 @@ pub async fn duplicate_behind_uncommitted_claim_is_in_flight<F: LedgerFixture>(f
     let started = Instant::now();
     let waiter = store.begin().await;
     let answer = match waiter {
+        // On another primary the duplicate does not wait: it claims too, and the first commit
+        // must win (below).
+        Ok(unit) if capabilities.multi_primary => {
+            let answer = unit.ledger().claim(&id, &request("x"), lease(LONG)).await;
+            if let Ok(ClaimOutcome::Claimed { .. }) = answer {
+                first_commit_wins(&store, holder, version, unit).await;
+                return;
+            }
+            let _ = unit.rollback().await;
+            answer
+        }
         Ok(unit) => {
             let answer = unit.ledger().claim(&id, &request("x"), lease(LONG)).await;
             let _ = unit.rollback().await;
@@ -624,6 +652,58 @@ pub async fn duplicate_behind_uncommitted_claim_is_in_flight<F: LedgerFixture>(f
         matches!(replay, ClaimOutcome::Completed(_)),
         "after commit a duplicate replays"
     );
+}
+
+/// Two units that both claimed one identity on different primaries (`holder` first, at
+/// `holder_version`, then `rival`): the holder commits, the rival's commit must fail as a
+/// serialisation failure, and a duplicate then replays the holder's outcome.
+async fn first_commit_wins<S: LedgerStore>(
+    store: &S,
+    holder: S::Unit,
+    holder_version: Version,
+    rival: S::Unit,
+) {
+    let id = identity("tenant-a", CREATE, "blocked");
+    holder
+        .ledger()
+        .mark_committed(&id, holder_version, &outcome("first"))
+        .await
+        .expect("the holder completes");
+    holder.commit().await.expect("the holder commits first");
+    // The store may tell the rival at its next statement or only at its commit.
+    let found = rival.ledger().find(&id).await;
+    let marked = match found {
+        Ok(Some(record)) => rival
+            .ledger()
+            .mark_committed(&id, record.version, &outcome("second"))
+            .await
+            .map(|_| ()),
+        Ok(None) => panic!("the rival's own claim is invisible to it"),
+        Err(error) => Err(error),
+    };
+    let committed = match marked {
+        Ok(()) => rival.commit().await,
+        Err(error) => {
+            let _ = rival.rollback().await;
+            Err(error)
+        }
+    };
+    assert_eq!(
+        committed,
+        Err(LedgerError::unavailable(
+            UnavailableKind::SerializationFailure
+        )),
+        "a second owner on another primary must not commit"
+    );
+    let replay = store
+        .autocommit()
+        .claim(&id, &request("x"), lease(LONG))
+        .await
+        .expect("claim");
+    let ClaimOutcome::Completed(record) = replay else {
+        panic!("after the commit a duplicate replays, got {replay:?}");
+    };
+    assert_eq!(record.outcome_reference(), Some(&outcome("first")));
 }
 
 /// A unit's connection killed mid-way: nothing half-written, `Unavailable`, and a retry on a new

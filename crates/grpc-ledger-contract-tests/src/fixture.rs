@@ -21,6 +21,11 @@ pub struct Capabilities {
     /// The store has a schema its fixture can create from nothing, and [`LedgerStore::migrate`]
     /// applies the ledger's migrations on connections of their own, as a starting process does.
     pub migrations: bool,
+    /// Units of work may run on different primaries of a multi-primary cluster (Galera): a
+    /// duplicate claim on another node does not wait behind the first, both units believe they
+    /// claimed, and the store lets only the first to commit do so (the other's commit is a
+    /// serialisation failure).
+    pub multi_primary: bool,
 }
 
 /// A ledger row as a support script, a backfill or a hand-written migration would write it,

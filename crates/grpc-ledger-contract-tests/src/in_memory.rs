@@ -571,6 +571,7 @@ impl LedgerFixture for InMemoryFixture {
             concurrent_claim_identities: 200,
             // Nothing to migrate: the double's schema is its types.
             migrations: false,
+            multi_primary: false,
         }
     }
 

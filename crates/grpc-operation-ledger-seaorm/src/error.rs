@@ -18,6 +18,14 @@ pub(crate) enum Phase {
     Other,
 }
 
+/// What a store error means, as the ledger reports it: a transient state of the store (a lost
+/// connection, a serialisation failure, a store not ready) is `Unavailable`, a bug is `Internal`,
+/// and no message from the driver (which may quote row values) is kept. For the business writes
+/// of a guarded handler, so that they fail the way the ledger's own statements do.
+pub fn store_error(error: DbErr) -> LedgerError {
+    map_db_err(error, Phase::Other)
+}
+
 pub(crate) fn map_db_err(error: DbErr, phase: Phase) -> LedgerError {
     let unavailable = LedgerError::unavailable;
     match error {

@@ -62,6 +62,7 @@ mod sql;
 mod units;
 
 pub use connect::{LedgerConfig, connect_mysql, connect_postgres, open_sqlite};
+pub use error::store_error;
 pub use ledger::{LedgerConnection, SeaOrmOperationLedger};
 pub use migration::{LEDGER_TABLE, LedgerMigrator, MIGRATIONS_TABLE, ledger_migrations, migrate};
 pub use sql::statements;

@@ -2,13 +2,13 @@
 //! database per case (see [`super::fresh`]), migrated by the real migrator, plus a business table.
 
 use async_trait::async_trait;
-use grpc_core_api::{GrpcOperationLedger, LedgerError, LedgerUnitsOfWork, UnavailableKind};
-use std::sync::atomic::{AtomicU64, Ordering};
+use grpc_core_api::{GrpcOperationLedger, LedgerError, LedgerUnitsOfWork};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use grpc_ledger_contract_tests::{Capabilities, LedgerFixture, LedgerStore, RawRow, UnitOfWork};
 use grpc_operation_ledger_seaorm::{
     LedgerMigrator, SeaOrmOperationLedger, SeaOrmUnitsOfWork, connect_mysql, connect_postgres,
-    migrate, open_sqlite,
+    migrate, open_sqlite, store_error,
 };
 use sea_orm::{ConnectionTrait, Database, DatabaseTransaction, DbBackend, Statement};
 use sea_orm_migration::MigratorTrait;
@@ -37,6 +37,7 @@ impl LedgerFixture for SeaOrmFixture {
                 kill_connection: true,
                 concurrent_claim_identities: 200,
                 migrations: true,
+                multi_primary: false,
             },
             Store::MariaDb => Capabilities {
                 claim_wait: config().claim_wait,
@@ -44,6 +45,16 @@ impl LedgerFixture for SeaOrmFixture {
                 kill_connection: true,
                 concurrent_claim_identities: 100,
                 migrations: true,
+                multi_primary: false,
+            },
+            // Units are spread over the three nodes, one after another.
+            Store::Galera => Capabilities {
+                claim_wait: config().claim_wait,
+                concurrent_writers: true,
+                kill_connection: true,
+                concurrent_claim_identities: 30,
+                migrations: true,
+                multi_primary: true,
             },
             // One writer at a time, and no way to kill another connection from outside.
             Store::Sqlite => Capabilities {
@@ -52,6 +63,7 @@ impl LedgerFixture for SeaOrmFixture {
                 kill_connection: false,
                 concurrent_claim_identities: 20,
                 migrations: true,
+                multi_primary: false,
             },
         }
     }
@@ -65,7 +77,10 @@ impl LedgerFixture for SeaOrmFixture {
             )
             .await
             .expect("create the business table");
-        SeaOrmStore { test_db }
+        SeaOrmStore {
+            test_db,
+            next_node: AtomicUsize::new(0),
+        }
     }
 
     /// A fresh store whose ledger migrations were reverted by the real migrator.
@@ -80,10 +95,8 @@ impl LedgerFixture for SeaOrmFixture {
 
 pub struct SeaOrmStore {
     test_db: TestDb,
-}
-
-fn lost(_: sea_orm::DbErr) -> LedgerError {
-    LedgerError::unavailable(UnavailableKind::ConnectionLost)
+    /// On a cluster, the node the next unit of work begins on.
+    next_node: AtomicUsize,
 }
 
 fn placeholder(db: &impl ConnectionTrait) -> &'static str {
@@ -113,13 +126,22 @@ impl LedgerStore for SeaOrmStore {
     type Unit = SeaOrmUnit;
 
     /// Begins the unit as the guard does, through [`SeaOrmUnitsOfWork`].
+    /// Begins the unit as the guard does, through [`SeaOrmUnitsOfWork`]; on a cluster, on the
+    /// next node in turn.
     async fn begin(&self) -> Result<SeaOrmUnit, LedgerError> {
-        let txn = SeaOrmUnitsOfWork::new(self.test_db.db.clone(), &config())
-            .begin()
-            .await?;
+        let (db, url) = if self.test_db.nodes.is_empty() {
+            (&self.test_db.db, &self.test_db.url)
+        } else {
+            let n = self.next_node.fetch_add(1, Ordering::Relaxed) % self.test_db.nodes.len();
+            let (db, url) = &self.test_db.nodes[n];
+            (db, url)
+        };
+        let units = SeaOrmUnitsOfWork::new(db.clone(), &config());
+        let txn = units.begin().await?;
         Ok(SeaOrmUnit {
             txn,
-            url: self.test_db.url.clone(),
+            url: url.clone(),
+            units,
         })
     }
 
@@ -191,7 +213,7 @@ impl LedgerStore for SeaOrmStore {
                 Ok(db) => migrate(&db).await,
                 Err(error) => Err(error),
             },
-            Store::MariaDb => match connect_mysql(url, &config()).await {
+            Store::MariaDb | Store::Galera => match connect_mysql(url, &config()).await {
                 Ok(db) => migrate(&db).await,
                 Err(error) => Err(error),
             },
@@ -203,6 +225,9 @@ impl LedgerStore for SeaOrmStore {
 pub struct SeaOrmUnit {
     txn: DatabaseTransaction,
     url: String,
+    /// The units of work it began from, whose commit and rollback map errors as the guard sees
+    /// them.
+    units: SeaOrmUnitsOfWork,
 }
 
 #[async_trait]
@@ -221,15 +246,15 @@ impl UnitOfWork for SeaOrmUnit {
             .execute_raw(Statement::from_sql_and_values(backend, sql, [key.into()]))
             .await
             .map(|_| ())
-            .map_err(lost)
+            .map_err(store_error)
     }
 
     async fn commit(self) -> Result<(), LedgerError> {
-        self.txn.commit().await.map_err(lost)
+        self.units.commit(self.txn).await
     }
 
     async fn rollback(self) -> Result<(), LedgerError> {
-        self.txn.rollback().await.map_err(lost)
+        self.units.rollback(self.txn).await
     }
 
     /// PostgreSQL and MariaDB (the capability says so): ends the unit's server session from a

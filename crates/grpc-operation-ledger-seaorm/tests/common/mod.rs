@@ -22,6 +22,8 @@ pub enum Store {
     Sqlite,
     Postgres,
     MariaDb,
+    /// A three-node MariaDB Galera cluster (`GALERA_URLS`, comma-separated node URLs).
+    Galera,
 }
 
 /// One test's store; a SQLite file is deleted when it is dropped.
@@ -29,6 +31,8 @@ pub struct TestDb {
     pub db: DatabaseConnection,
     pub store: Store,
     pub url: String,
+    /// On a cluster, every node's pool and URL (the first is `db`'s node); empty otherwise.
+    pub nodes: Vec<(DatabaseConnection, String)>,
     sqlite_file: Option<PathBuf>,
 }
 
@@ -115,6 +119,7 @@ pub async fn fresh(store: Store) -> TestDb {
                 store,
                 url: format!("sqlite://{}", file.display()),
                 sqlite_file: Some(file),
+                nodes: Vec::new(),
             }
         }
         Store::Postgres => {
@@ -137,6 +142,7 @@ pub async fn fresh(store: Store) -> TestDb {
                 store,
                 url,
                 sqlite_file: None,
+                nodes: Vec::new(),
             }
         }
         Store::MariaDb => {
@@ -159,6 +165,54 @@ pub async fn fresh(store: Store) -> TestDb {
                 store,
                 url,
                 sqlite_file: None,
+                nodes: Vec::new(),
+            }
+        }
+        Store::Galera => {
+            let urls: Vec<String> = std::env::var("GALERA_URLS")
+                .ok()
+                .filter(|u| !u.is_empty())
+                .unwrap_or_else(|| {
+                    panic!(
+                        "GALERA_URLS is not set: run `cargo xtask galera test`, which starts a \
+                         three-node cluster"
+                    )
+                })
+                .split(',')
+                .map(str::to_owned)
+                .collect();
+            let admin = Database::connect(&urls[0]).await.expect("reach node 1");
+            admin
+                .execute_unprepared(&format!("CREATE DATABASE {name}"))
+                .await
+                .expect("create a fresh database (replicated to every node)");
+            admin.close().await.expect("close the admin connection");
+            let mut nodes = Vec::new();
+            for url in &urls {
+                let url = format!("{}/{name}", url.trim_end_matches('/'));
+                // The other nodes apply the CREATE DATABASE a moment after node 1 returns.
+                let mut tries = 0;
+                let db = loop {
+                    match connect_mysql(&url, &config()).await {
+                        Ok(db) => break db,
+                        Err(_) if tries < 50 => {
+                            tries += 1;
+                            tokio::time::sleep(Duration::from_millis(100)).await;
+                        }
+                        Err(error) => panic!("connect a node: {error}"),
+                    }
+                };
+                nodes.push((db, url));
+            }
+            migrate(&nodes[0].0)
+                .await
+                .expect("apply the ledger migrations");
+            TestDb {
+                db: nodes[0].0.clone(),
+                store,
+                url: nodes[0].1.clone(),
+                sqlite_file: None,
+                nodes,
             }
         }
     }

@@ -1,0 +1,244 @@
+//! A three-node MariaDB Galera cluster (synchronous multi-primary replication) on loopback, for
+//! the ledger's contract suite with its units spread over the nodes: Debian's `mariadb-server`
+//! and `galera-4` (with `rsync` for state transfer), installed with apt-get when missing and
+//! running as root; each node run as the clusters' unprivileged user with small buffers, node 1
+//! bootstrapping and the others joining one at a time; stopped and removed on drop.
+//!
+//! Reads wait for causality (`wsrep_sync_wait=1`): without it a node applies other nodes' commits
+//! a moment later, so a replay read on one node could miss an operation another node just
+//! committed (safe for the ledger, whose insert would then fail certification, but a needless
+//! retry for the client). Deployments of the ledger on Galera should set it too (ADR 0008).
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+
+use crate::cmd;
+use crate::mariadb::{CLIENT, INSTALL_DB, PASSWORD, SERVER, USER, as_user, install, whoami};
+use crate::postgres::{
+    CLUSTER_USER, ensure_system_user, free_loopback_port, fresh_temp_dir, path_str,
+    running_as_root, wait_until,
+};
+
+const PROVIDER: &str = "/usr/lib/galera/libgalera_smm.so";
+
+struct Node {
+    dir: PathBuf,
+    port: u16,
+    child: Option<Child>,
+}
+
+/// A running three-node cluster; dropping it stops every node and removes their directories.
+pub(crate) struct Galera {
+    root: PathBuf,
+    nodes: Vec<Node>,
+    run_as: Option<&'static str>,
+    user: String,
+}
+
+impl Galera {
+    /// Bootstraps node 1, joins nodes 2 and 3 by state transfer, and creates the test account.
+    pub(crate) fn start() -> Result<Self> {
+        install()?;
+        if !Path::new(PROVIDER).is_file() || !Path::new("/usr/bin/wsrep_sst_rsync").is_file() {
+            install_galera()?;
+        }
+        let root = fresh_temp_dir()?;
+        let run_as = if running_as_root()? {
+            ensure_system_user()?;
+            Some(CLUSTER_USER)
+        } else {
+            None
+        };
+        let user = run_as.map_or_else(whoami, |u| Ok(u.to_owned()))?;
+        let group_ports: Vec<u16> = (0..3)
+            .map(|_| free_loopback_port())
+            .collect::<Result<_>>()?;
+        let cluster_address = format!(
+            "gcomm://{}",
+            group_ports
+                .iter()
+                .map(|p| format!("127.0.0.1:{p}"))
+                .collect::<Vec<_>>()
+                .join(",")
+        );
+        let mut galera = Self {
+            root: root.clone(),
+            nodes: Vec::new(),
+            run_as,
+            user,
+        };
+        for (n, group_port) in group_ports.iter().enumerate() {
+            let dir = root.join(format!("node{}", n + 1));
+            std::fs::create_dir_all(&dir)?;
+            let port = free_loopback_port()?;
+            let (ist, sst) = (free_loopback_port()?, free_loopback_port()?);
+            let config = format!(
+                "[mysqld]\ndatadir={data}\nsocket={dir}/mariadb.sock\npid-file={dir}/mariadb.pid\n\
+                 log-error={dir}/error.log\ntmpdir={dir}\nport={port}\nbind-address=127.0.0.1\n\
+                 skip-name-resolve\ninnodb_buffer_pool_size=64M\ninnodb_log_file_size=48M\n\
+                 innodb_flush_log_at_trx_commit=2\nmax_connections=300\nbinlog_format=ROW\n\
+                 innodb_autoinc_lock_mode=2\nwsrep_on=ON\nwsrep_provider={PROVIDER}\n\
+                 wsrep_sync_wait=1\n\
+                 wsrep_cluster_name=grpc_ledger\nwsrep_cluster_address={cluster_address}\n\
+                 wsrep_node_address=127.0.0.1:{group_port}\n\
+                 wsrep_provider_options=\"gmcast.listen_addr=tcp://127.0.0.1:{group_port};\
+                 ist.recv_addr=127.0.0.1:{ist};gcache.size=64M\"\n\
+                 wsrep_sst_receive_address=127.0.0.1:{sst}\nwsrep_sst_method=rsync\n",
+                data = path_str(&dir.join("data"))?,
+                dir = path_str(&dir)?,
+            );
+            std::fs::write(dir.join("my.cnf"), config)?;
+            galera.nodes.push(Node {
+                dir,
+                port,
+                child: None,
+            });
+        }
+        if let Some(user) = run_as {
+            cmd::output(Command::new("chown").args(["-R", &format!("{user}:"), path_str(&root)?]))?;
+        }
+        for n in 0..3 {
+            galera.start_node(n, n == 0)?;
+        }
+        galera
+            .sql(
+                0,
+                &format!(
+                    "CREATE USER '{USER}'@'127.0.0.1' IDENTIFIED BY '{PASSWORD}'; \
+                 GRANT ALL PRIVILEGES ON *.* TO '{USER}'@'127.0.0.1' WITH GRANT OPTION;"
+                ),
+            )
+            .context("creating the test account")?;
+        Ok(galera)
+    }
+
+    fn start_node(&mut self, n: usize, bootstrap: bool) -> Result<()> {
+        let node = &self.nodes[n];
+        let data = node.dir.join("data");
+        if !data.exists() {
+            cmd::output(
+                as_user(self.run_as, INSTALL_DB)
+                    .current_dir(&node.dir)
+                    .args([
+                        "--no-defaults",
+                        "--skip-test-db",
+                        "--auth-root-authentication-method=socket",
+                    ])
+                    .arg(format!("--datadir={}", path_str(&data)?))
+                    .arg(format!("--user={}", self.user)),
+            )
+            .with_context(|| format!("mariadb-install-db for node {}", n + 1))?;
+        }
+        let mut command = as_user(self.run_as, SERVER);
+        command.current_dir(&node.dir).arg(format!(
+            "--defaults-file={}",
+            path_str(&node.dir.join("my.cnf"))?
+        ));
+        if bootstrap {
+            command.arg("--wsrep-new-cluster");
+        }
+        let child = command
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .with_context(|| format!("starting node {}", n + 1))?;
+        self.nodes[n].child = Some(child);
+        let synced = wait_until(Duration::from_secs(90), || {
+            self.sql(n, "SHOW STATUS LIKE 'wsrep_local_state_comment'")
+                .is_ok_and(|out| out.contains("Synced"))
+        });
+        if let Err(error) = synced {
+            let log =
+                std::fs::read_to_string(self.nodes[n].dir.join("error.log")).unwrap_or_default();
+            let tail: Vec<&str> = log
+                .lines()
+                .rev()
+                .take(20)
+                .collect::<Vec<_>>()
+                .into_iter()
+                .rev()
+                .collect();
+            bail!(
+                "Galera node {} did not sync: {error:#}\n{}",
+                n + 1,
+                tail.join("\n")
+            );
+        }
+        Ok(())
+    }
+
+    fn sql(&self, n: usize, statement: &str) -> Result<String> {
+        let node = &self.nodes[n];
+        cmd::output(
+            as_user(self.run_as, CLIENT)
+                .current_dir(&node.dir)
+                .arg("--no-defaults")
+                .arg(format!(
+                    "--socket={}",
+                    node.dir.join("mariadb.sock").display()
+                ))
+                .arg(format!("--user={}", self.user))
+                .args(["-N", "-e", statement]),
+        )
+    }
+
+    /// The nodes' URLs (`mysql://user:password@127.0.0.1:PORT`), comma-separated.
+    pub(crate) fn urls(&self) -> String {
+        self.nodes
+            .iter()
+            .map(|node| format!("mysql://{USER}:{PASSWORD}@127.0.0.1:{}", node.port))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+}
+
+impl Drop for Galera {
+    fn drop(&mut self) {
+        // Stopped in reverse order, so that the bootstrap node leaves last.
+        for node in self.nodes.iter_mut().rev() {
+            if let Ok(pid) = std::fs::read_to_string(node.dir.join("mariadb.pid")) {
+                let _ = Command::new("kill").args(["-TERM", pid.trim()]).status();
+                let pid_file = node.dir.join("mariadb.pid");
+                let _ = wait_until(Duration::from_secs(30), || !pid_file.exists());
+            }
+            if let Some(mut child) = node.child.take() {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+        }
+        if let Err(error) = std::fs::remove_dir_all(&self.root) {
+            eprintln!("xtask: removing {} failed: {error}", self.root.display());
+        }
+    }
+}
+
+fn install_galera() -> Result<()> {
+    if !running_as_root()? {
+        bail!("{PROVIDER} or wsrep_sst_rsync is missing; install Debian's `galera-4` and `rsync`");
+    }
+    eprintln!("xtask: installing Debian's `galera-4` and `rsync` with apt-get (a Galera cluster)");
+    let install = || {
+        cmd::output(
+            Command::new("apt-get")
+                .args([
+                    "install",
+                    "-y",
+                    "--no-install-recommends",
+                    "galera-4",
+                    "rsync",
+                ])
+                .env("DEBIAN_FRONTEND", "noninteractive"),
+        )
+    };
+    install()
+        .or_else(|_| {
+            cmd::output(Command::new("apt-get").arg("update"))?;
+            install()
+        })
+        .context("installing galera-4")?;
+    Ok(())
+}
