@@ -63,7 +63,8 @@ pub async fn connect_postgres(
     connect_pool(url, config).await
 }
 
-/// Connects a pool to MariaDB (10.5 or later, for `INSERT ... RETURNING`) or MySQL. Sets nothing
+/// Connects a pool to MariaDB (10.5 or later, for `INSERT ... RETURNING`; MySQL lacks that and
+/// `SET STATEMENT`, so the ledger does not run on MySQL yet, and a claim there fails). Sets nothing
 /// on the connections: the claim's bounded wait travels with the claim statement
 /// (`SET STATEMENT max_statement_time`). Does not apply migrations.
 pub async fn connect_mysql(url: &str, config: &LedgerConfig) -> Result<DatabaseConnection, DbErr> {
