@@ -23,6 +23,15 @@ const DEFAULT_CLAIM_WAIT: Duration = Duration::from_secs(2);
 /// taker won the row between the read and the takeover.
 const CLAIM_ROUNDS: usize = 3;
 
+/// What the claim's insert did.
+enum Inserted {
+    /// It inserted the claim at this version.
+    Fresh(Version),
+    /// It inserted nothing: the existing row and the store's clock when the same statement read
+    /// them, else `None`.
+    Nothing(Option<(OperationRecord, i64)>),
+}
+
 /// The operation ledger on a SeaORM connection `C`: `&DatabaseTransaction` to run inside the
 /// caller's unit of work, or `DatabaseConnection` / `&DatabaseConnection` for statements that
 /// commit on their own (the claim-first mode).
@@ -137,6 +146,63 @@ where
         row.map(|row| decode_record(identity, &row)).transpose()
     }
 
+    /// The claim's insert: `Fresh` with the new version when it inserted, else the existing row
+    /// when the statement could read it in the same round trip (PostgreSQL), or `None` when the
+    /// caller must read it.
+    async fn insert_claim(
+        &self,
+        sql: &Sql,
+        identity: &GrpcOperationIdentity,
+        request: &RequestFingerprint,
+        lease: LeaseDuration,
+        phase: Phase,
+    ) -> Result<Inserted, LedgerError> {
+        let mut values = identity_values(identity);
+        values.push(request.to_hex().into());
+        values.push(lease.as_millis().into());
+        values.push(i32::from(Version::random_salt()).into());
+        if self.backend() == DbBackend::Postgres {
+            values.push(format!("{}ms", self.claim_wait.as_millis().max(1)).into());
+        }
+        let mut statement = self.statement(
+            sql.claim_or_read.as_ref().unwrap_or(&sql.claim_insert),
+            values,
+        );
+        // On MariaDB the wait's bound prefixes the statement (a number from the configuration,
+        // never request data); max_statement_time takes fractions of a second.
+        if self.backend() == DbBackend::MySql {
+            statement.sql = format!(
+                "SET STATEMENT max_statement_time={:.3} FOR {}",
+                self.claim_wait.as_secs_f64().max(0.001),
+                statement.sql
+            );
+        }
+        let row = match self.connection().query_one_raw(statement).await {
+            Ok(row) => row,
+            // MariaDB refuses the duplicate (1062): nothing was inserted.
+            Err(error) if is_duplicate_key(&error) => None,
+            Err(error) => return Err(map_db_err(error, phase)),
+        };
+        let Some(row) = row else {
+            return Ok(Inserted::Nothing(None));
+        };
+        // The one-statement form says which branch the row came from; the plain insert returns
+        // a row only when it inserted.
+        let inserted = sql.claim_or_read.is_none()
+            || row
+                .try_get::<bool>("", "inserted")
+                .map_err(|_| LedgerError::internal("a claim returned a row of unknown origin"))?;
+        if !inserted {
+            return Ok(Inserted::Nothing(Some(decode_record(identity, &row)?)));
+        }
+        let version = row
+            .try_get::<i64>("", "version")
+            .ok()
+            .and_then(|stored| Version::from_stored(stored).ok())
+            .ok_or_else(|| LedgerError::internal("a fresh claim returned no version"))?;
+        Ok(Inserted::Fresh(version))
+    }
+
     async fn transition(
         &self,
         identity: &GrpcOperationIdentity,
@@ -196,41 +262,20 @@ where
             wait: self.claim_wait,
         };
         for _ in 0..CLAIM_ROUNDS {
-            let mut values = identity_values(identity);
-            values.push(request.to_hex().into());
-            values.push(lease.as_millis().into());
-            values.push(i32::from(Version::random_salt()).into());
-            if self.backend() == DbBackend::Postgres {
-                values.push(format!("{}ms", self.claim_wait.as_millis().max(1)).into());
-            }
-            let mut statement = self.statement(&sql.claim_insert, values);
-            // On MariaDB the wait's bound prefixes the statement (a number from the
-            // configuration, never request data); max_statement_time takes fractions of a second.
-            if self.backend() == DbBackend::MySql {
-                statement.sql = format!(
-                    "SET STATEMENT max_statement_time={:.3} FOR {}",
-                    self.claim_wait.as_secs_f64().max(0.001),
-                    statement.sql
-                );
-            }
-            let inserted = match self.connection().query_one_raw(statement).await {
-                Ok(row) => row,
-                // MariaDB refuses the duplicate (1062): nothing was inserted.
-                Err(error) if is_duplicate_key(&error) => None,
-                Err(error) => return Err(map_db_err(error, phase)),
+            let found = match self
+                .insert_claim(sql, identity, request, lease, phase)
+                .await?
+            {
+                Inserted::Fresh(version) => {
+                    return Ok(ClaimOutcome::Claimed {
+                        version,
+                        took_over: false,
+                    });
+                }
+                Inserted::Nothing(Some(found)) => Some(found),
+                Inserted::Nothing(None) => self.read(identity, phase).await?,
             };
-            if let Some(row) = inserted {
-                let version = row
-                    .try_get::<i64>("", "version")
-                    .ok()
-                    .and_then(|stored| Version::from_stored(stored).ok())
-                    .ok_or_else(|| LedgerError::internal("a fresh claim returned no version"))?;
-                return Ok(ClaimOutcome::Claimed {
-                    version,
-                    took_over: false,
-                });
-            }
-            let Some((record, db_now)) = self.read(identity, phase).await? else {
+            let Some((record, db_now)) = found else {
                 continue; // purged between our insert and our read: insert again
             };
             if record.request_fingerprint != *request {

@@ -38,6 +38,34 @@ const CLAIM_INSERT: &str = "INSERT INTO grpc_operation_ledger \
 /// function in the subquery's output is never optimised away).
 const POSTGRES_WAIT_BOUND: &str = ", set_config('lock_timeout', $7, true) AS wait_bound";
 
+/// PostgreSQL's claim in one round trip: the same insert-only claim, and, only when it inserted
+/// nothing, the existing row, read in the same statement. `inserted` says which. The read sees the
+/// statement's snapshot, so a row committed before the statement began is replayed at once; one
+/// committed while the insert waited behind it is not visible there, the statement returns no row,
+/// and the adapter reads it separately (that race is the only second round trip).
+const POSTGRES_CLAIM_OR_READ: &str = concat!(
+    "WITH clock AS MATERIALIZED (SELECT {now} AS now, \
+     set_config('lock_timeout', $7, true) AS wait_bound), \
+     ins AS (INSERT INTO grpc_operation_ledger \
+     (caller_fingerprint, full_method_name, idempotency_key_hash, request_fingerprint, \
+      state, version, claimed_at, lease_expires_at) \
+     SELECT $1, $2, $3, $4, 'IN_PROGRESS', clock.now * 1048576 + $6, clock.now, clock.now + $5 \
+     FROM clock \
+     ON CONFLICT (caller_fingerprint, full_method_name, idempotency_key_hash) DO NOTHING \
+     RETURNING version) \
+     SELECT TRUE AS inserted, ins.version, NULL::VARCHAR AS request_fingerprint, \
+     NULL::VARCHAR AS state, NULL::BIGINT AS claimed_at, NULL::BIGINT AS lease_expires_at, \
+     NULL::BIGINT AS completed_at, NULL::VARCHAR AS outcome_reference, \
+     NULL::INTEGER AS failure_code, NULL::VARCHAR AS failure_message, \
+     NULL::BYTEA AS failure_details, NULL::BIGINT AS db_now FROM ins \
+     UNION ALL \
+     SELECT FALSE, version, request_fingerprint, state, claimed_at, lease_expires_at, \
+     completed_at, outcome_reference, failure_code, failure_message, failure_details, \
+     {now} FROM grpc_operation_ledger WHERE ",
+    identity_condition!(),
+    " AND NOT EXISTS (SELECT 1 FROM ins)"
+);
+
 /// The row of one identity, with the store's clock.
 const SELECT_RECORD: &str = concat!(
     "SELECT request_fingerprint, state, version, claimed_at, lease_expires_at, completed_at, \
@@ -129,6 +157,8 @@ impl Stmt {
 #[derive(Debug)]
 pub(crate) struct Sql {
     pub(crate) claim_insert: Stmt,
+    /// The claim and, when it inserted nothing, the existing row, in one statement (PostgreSQL).
+    pub(crate) claim_or_read: Option<Stmt>,
     pub(crate) select_record: Stmt,
     pub(crate) take_over: Stmt,
     pub(crate) mark_committed: Stmt,
@@ -155,7 +185,7 @@ impl Sql {
         static MYSQL: OnceLock<Sql> = OnceLock::new();
         match backend {
             DbBackend::Postgres => Some(POSTGRES.get_or_init(|| {
-                Self::build(
+                let mut sql = Self::build(
                     POSTGRES_NOW,
                     Placeholders::Dollar,
                     [
@@ -165,7 +195,12 @@ impl Sql {
                         SELECT_RECORD,
                         PURGE,
                     ],
-                )
+                );
+                sql.claim_or_read = Some(render(
+                    &POSTGRES_CLAIM_OR_READ.replace("{now}", POSTGRES_NOW),
+                    Placeholders::Dollar,
+                ));
+                sql
             })),
             DbBackend::Sqlite => Some(SQLITE.get_or_init(|| {
                 Self::build(
@@ -195,6 +230,7 @@ impl Sql {
         let render = |template: &str| render(&template.replace("{now}", now), placeholders);
         Self {
             claim_insert: render(claim),
+            claim_or_read: None,
             select_record: render(select),
             take_over: render(TAKE_OVER),
             mark_committed: render(MARK_COMMITTED),
