@@ -29,7 +29,7 @@ enum Inserted {
     Fresh(Version),
     /// It inserted nothing: the existing row and the store's clock when the same statement read
     /// them, else `None`.
-    Nothing(Option<(OperationRecord, i64)>),
+    Nothing(Option<Box<(OperationRecord, i64)>>),
 }
 
 /// The operation ledger on a SeaORM connection `C`: `&DatabaseTransaction` to run inside the
@@ -193,7 +193,9 @@ where
                 .try_get::<bool>("", "inserted")
                 .map_err(|_| LedgerError::internal("a claim returned a row of unknown origin"))?;
         if !inserted {
-            return Ok(Inserted::Nothing(Some(decode_record(identity, &row)?)));
+            return Ok(Inserted::Nothing(Some(Box::new(decode_record(
+                identity, &row,
+            )?))));
         }
         let version = row
             .try_get::<i64>("", "version")
@@ -272,7 +274,7 @@ where
                         took_over: false,
                     });
                 }
-                Inserted::Nothing(Some(found)) => Some(found),
+                Inserted::Nothing(Some(found)) => Some(*found),
                 Inserted::Nothing(None) => self.read(identity, phase).await?,
             };
             let Some((record, db_now)) = found else {
