@@ -18,7 +18,8 @@
 //!   lists and maps), so two different requests never share a canonical form;
 //! - `google.protobuf.Any` whose type the schema knows is canonicalised as that message, named by
 //!   its full type name (the URL's host part is not part of the type); an `Any` of a type the
-//!   schema does not know is taken as its type URL and raw bytes;
+//!   schema does not know, or nested inside more than eight others, is taken as its type URL and
+//!   raw bytes;
 //! - fields the schema does not declare are not part of the fingerprint: the server decoded the
 //!   request with this schema, so its handler never sees them, and a request that differs only
 //!   there is the same request to this server.
@@ -38,6 +39,12 @@ use crate::{GrpcMethod, RequestFingerprint};
 const FORM_TAG: &[u8] = b"grpc-safe-retries/canonical-request/v1\0";
 
 const ANY_TYPE: &str = "google.protobuf.Any";
+
+/// How many `Any`s inside one another are unpacked on one path; deeper ones are taken as their
+/// URL and bytes. Each unpacking decodes its bytes afresh (prost's recursion limit starts again
+/// there), so without a bound a request of `Any`s nested thousands deep (a few hundred KB) would
+/// exhaust the stack and cost time quadratic in its size.
+const MAX_ANY_UNPACKING: u32 = 8;
 
 /// Why a request could not be fingerprinted. Each is a deployment mistake on the server (its
 /// schema does not describe its own methods), never the caller's: gRPC status INTERNAL.
@@ -156,22 +163,23 @@ impl RequestSchema {
         let mut out = Vec::with_capacity(encoded_request.len() + FORM_TAG.len() + 64);
         out.extend_from_slice(FORM_TAG);
         write_bytes(&mut out, input.full_name().as_bytes());
-        self.write_message(&mut out, &message);
+        self.write_message(&mut out, &message, MAX_ANY_UNPACKING);
         Ok(out)
     }
 
-    fn write_message(&self, out: &mut Vec<u8>, message: &DynamicMessage) {
+    /// `anys_left`: how many more nested `Any`s may be unpacked on this path.
+    fn write_message(&self, out: &mut Vec<u8>, message: &DynamicMessage, anys_left: u32) {
         // `fields` yields exactly the fields `has_field` reports: set ones with explicit presence,
         // non-default ones without. Unknown fields are not among them.
         let mut fields: Vec<_> = message.fields().collect();
         fields.sort_by_key(|(field, _)| field.number());
         for (field, value) in fields {
             write_varint(out, u64::from(field.number()));
-            self.write_value(out, &field.kind(), value);
+            self.write_value(out, &field.kind(), value, anys_left);
         }
     }
 
-    fn write_value(&self, out: &mut Vec<u8>, kind: &Kind, value: &Value) {
+    fn write_value(&self, out: &mut Vec<u8>, kind: &Kind, value: &Value, anys_left: u32) {
         match value {
             Value::Bool(v) => out.push(u8::from(*v)),
             Value::I32(v) => out.extend_from_slice(&i64::from(*v).to_le_bytes()),
@@ -184,13 +192,13 @@ impl RequestSchema {
             Value::String(v) => write_bytes(out, v.as_bytes()),
             Value::Bytes(v) => write_bytes(out, v),
             Value::Message(v) => {
-                let nested = self.message_form(v);
+                let nested = self.message_form(v, anys_left);
                 write_bytes(out, &nested);
             }
             Value::List(items) => {
                 write_varint(out, items.len() as u64);
                 for item in items {
-                    self.write_value(out, kind, item);
+                    self.write_value(out, kind, item, anys_left);
                 }
             }
             Value::Map(entries) => {
@@ -208,7 +216,12 @@ impl RequestSchema {
                     .iter()
                     .map(|(key, value)| {
                         let mut form = Vec::new();
-                        self.write_value(&mut form, &key_kind, &Value::from(key.clone()));
+                        self.write_value(
+                            &mut form,
+                            &key_kind,
+                            &Value::from(key.clone()),
+                            anys_left,
+                        );
                         (form, value)
                     })
                     .collect();
@@ -216,25 +229,28 @@ impl RequestSchema {
                 write_varint(out, sorted.len() as u64);
                 for (key, value) in sorted {
                     out.extend_from_slice(&key);
-                    self.write_value(out, &value_kind, value);
+                    self.write_value(out, &value_kind, value, anys_left);
                 }
             }
         }
     }
 
-    /// A nested message's canonical form; `Any` is unpacked when the schema knows its type.
-    fn message_form(&self, message: &DynamicMessage) -> Vec<u8> {
+    /// A nested message's canonical form; `Any` is unpacked when the schema knows its type and
+    /// the path has unpacked fewer than [`MAX_ANY_UNPACKING`] before it.
+    fn message_form(&self, message: &DynamicMessage, anys_left: u32) -> Vec<u8> {
         let mut out = Vec::new();
         if message.descriptor().full_name() == ANY_TYPE {
-            if let Some((type_name, unpacked)) = self.unpack_any(message) {
+            if anys_left > 0
+                && let Some((type_name, unpacked)) = self.unpack_any(message)
+            {
                 out.push(1);
                 write_bytes(&mut out, type_name.as_bytes());
-                self.write_message(&mut out, &unpacked);
+                self.write_message(&mut out, &unpacked, anys_left - 1);
                 return out;
             }
             out.push(0);
         }
-        self.write_message(&mut out, message);
+        self.write_message(&mut out, message, anys_left);
         out
     }
 

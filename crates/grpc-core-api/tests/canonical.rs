@@ -232,6 +232,36 @@ fn any_of_an_unknown_type_is_taken_as_its_url_and_bytes() {
     );
 }
 
+/// A hostile request of `Any`s nested thousands deep: fingerprinted quickly and without
+/// exhausting the stack (unpacking stops after eight levels; deeper ones count by their bytes),
+/// and still different when the innermost value differs.
+#[test]
+fn anys_nested_thousands_deep_are_fingerprinted_without_unbounded_work() {
+    let nested = |innermost: &str| {
+        let mut value = Wire::default().string(1, innermost).0;
+        for _ in 0..5_000 {
+            value = Wire::default()
+                .string(1, "type.googleapis.com/google.protobuf.Any")
+                .bytes(2, &value)
+                .0;
+        }
+        Wire::default().message(
+            11,
+            Wire::default()
+                .string(1, "type.googleapis.com/google.protobuf.Any")
+                .bytes(2, &value),
+        )
+    };
+    let (a, b) = (nested("x"), nested("y"));
+    assert!(
+        a.0.len() > 100_000,
+        "the request is deep: {} bytes",
+        a.0.len()
+    );
+    assert_eq!(fingerprint(&a.0), fingerprint(&nested("x").0));
+    assert_ne!(fingerprint(&a.0), fingerprint(&b.0));
+}
+
 #[test]
 fn fields_the_schema_does_not_declare_are_not_part_of_the_request() {
     let known = Wire::default().string(1, "acct-1");

@@ -104,18 +104,34 @@ async fn migrate_once(db: &sea_orm::DatabaseConnection) -> Result<(), DbErr> {
         // MariaDB/MySQL commit DDL on their own, so the lock is the session's, released below
         // (and by the session's end if this process dies).
         DbBackend::MySql => {
-            txn.execute_unprepared(&format!(
-                "DO GET_LOCK('grpc_operation_ledger_migrations', {})",
-                MIGRATION_PATIENCE.as_secs()
-            ))
-            .await?;
+            let locked = txn
+                .query_one_raw(sea_orm::Statement::from_string(
+                    DbBackend::MySql,
+                    format!(
+                        "SELECT GET_LOCK('grpc_operation_ledger_migrations', {}) AS locked",
+                        MIGRATION_PATIENCE.as_secs()
+                    ),
+                ))
+                .await?
+                .and_then(|row| row.try_get::<Option<i64>>("", "locked").ok().flatten());
+            // GET_LOCK answers 0 when it times out, rather than failing.
+            if locked != Some(1) {
+                return Err(DbErr::Migration(
+                    "another process held the ledger's migration lock for too long".to_owned(),
+                ));
+            }
         }
         _ => {}
     }
     let migrated = LedgerMigrator::up(&txn, None).await;
     if txn.get_database_backend() == DbBackend::MySql {
-        txn.execute_unprepared("DO RELEASE_LOCK('grpc_operation_ledger_migrations')")
-            .await?;
+        let released = txn
+            .execute_unprepared("DO RELEASE_LOCK('grpc_operation_ledger_migrations')")
+            .await;
+        // The migration's own error is the one to report; the session's end frees the lock.
+        if migrated.is_ok() {
+            released?;
+        }
     }
     migrated?;
     txn.commit().await
@@ -251,18 +267,20 @@ impl MigrationName for RefuseUnreplayableOutcomes {
     }
 }
 
-/// The new column and CHECKs, for PostgreSQL (`{bytes}` BYTEA) and MariaDB/MySQL (BLOB); both
-/// know `octet_length`.
+/// The new column and CHECKs, for PostgreSQL (`{bytes}` BYTEA) and MariaDB (BLOB); both know
+/// `octet_length`. MariaDB commits DDL on its own, so a start that died between this statement
+/// and the migration's record must be able to run it again: `{if_not_exists}` there (PostgreSQL's
+/// DDL is transactional and has no `ADD CONSTRAINT IF NOT EXISTS`).
 const OUTCOME_CHECKS: &str = "ALTER TABLE grpc_operation_ledger
-    ADD COLUMN failure_details {bytes},
-    ADD CONSTRAINT ck_grpc_operation_ledger_failure_details_size
+    ADD COLUMN {if_not_exists} failure_details {bytes},
+    ADD CONSTRAINT {if_not_exists} ck_grpc_operation_ledger_failure_details_size
         CHECK (failure_details IS NULL OR octet_length(failure_details) <= 8192),
-    ADD CONSTRAINT ck_grpc_operation_ledger_failed_has_code
+    ADD CONSTRAINT {if_not_exists} ck_grpc_operation_ledger_failed_has_code
         CHECK (state <> 'FAILED_TERMINAL' OR failure_code IS NOT NULL),
-    ADD CONSTRAINT ck_grpc_operation_ledger_outcome_replayable
+    ADD CONSTRAINT {if_not_exists} ck_grpc_operation_ledger_outcome_replayable
         CHECK (outcome_reference IS NULL
                OR (outcome_reference <> '' AND octet_length(outcome_reference) <= 1024)),
-    ADD CONSTRAINT ck_grpc_operation_ledger_failure_message_replayable
+    ADD CONSTRAINT {if_not_exists} ck_grpc_operation_ledger_failure_message_replayable
         CHECK (failure_message IS NULL OR octet_length(failure_message) <= 1024)";
 
 /// The condition under which a SQLite row is refused, for `NEW` of an insert or an update.
@@ -281,12 +299,20 @@ impl MigrationTrait for RefuseUnreplayableOutcomes {
         let db = manager.get_connection();
         match manager.get_database_backend() {
             DbBackend::Postgres => {
-                db.execute_unprepared(&OUTCOME_CHECKS.replace("{bytes}", "BYTEA"))
-                    .await?;
+                db.execute_unprepared(
+                    &OUTCOME_CHECKS
+                        .replace("{bytes}", "BYTEA")
+                        .replace("{if_not_exists} ", ""),
+                )
+                .await?;
             }
             DbBackend::MySql => {
-                db.execute_unprepared(&OUTCOME_CHECKS.replace("{bytes}", "BLOB"))
-                    .await?;
+                db.execute_unprepared(
+                    &OUTCOME_CHECKS
+                        .replace("{bytes}", "BLOB")
+                        .replace("{if_not_exists}", "IF NOT EXISTS"),
+                )
+                .await?;
             }
             DbBackend::Sqlite => {
                 db.execute_unprepared(&format!(

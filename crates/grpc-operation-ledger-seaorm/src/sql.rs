@@ -131,7 +131,11 @@ const MYSQL_PURGE: &str = "DELETE FROM grpc_operation_ledger \
 
 const POSTGRES_NOW: &str = "(EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::BIGINT";
 const SQLITE_NOW: &str = "CAST(unixepoch('subsec') * 1000 AS INTEGER)";
-const MYSQL_NOW: &str = "CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED)";
+/// MariaDB's clock in UTC milliseconds, by arithmetic on UTC_TIMESTAMP: `UNIX_TIMESTAMP(NOW())`
+/// would go through the session's time zone, where the hour repeated at the end of daylight
+/// saving time makes the clock jump back.
+const MYSQL_NOW: &str =
+    "(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)) DIV 1000)";
 
 /// One statement in a store's dialect.
 #[derive(Debug)]
@@ -276,8 +280,10 @@ fn render(template: &str, style: Placeholders) -> Stmt {
     }
 }
 
-/// Every statement the adapter sends on `backend`, by name, for readers and benchmarks that must
-/// run exactly the same SQL; `None` for a store the ledger does not support.
+/// The adapter's statements on `backend`, by name, for readers and benchmarks; `None` for a store
+/// the ledger does not support. On PostgreSQL the adapter claims with the one-round-trip form of
+/// `claim` (which reads the existing row in the same statement), and on MariaDB it prefixes the
+/// claim with its wait bound (`SET STATEMENT max_statement_time=...`).
 pub fn statements(backend: DbBackend) -> Option<[(&'static str, &'static str); 6]> {
     let sql = Sql::for_backend(backend)?;
     Some([

@@ -156,6 +156,15 @@ fn main() -> ExitCode {
             }
         }
     }
+    let unmatched = catalogs.unmatched_marks();
+    if !unmatched.is_empty() && !checked.is_empty() {
+        eprintln!(
+            "grpc-retry-lint: --keyed/--non-idempotent {} matches no service of the checked \
+             configs' protos (a typo?)",
+            unmatched.join(", ")
+        );
+        unreadable = true;
+    }
     output::print(&checked, args.format);
     let count = |severity| {
         checked
@@ -239,6 +248,8 @@ fn validator(args: &Args) -> Result<GrpcRetryOwnershipValidator, Unreadable> {
 /// Where the methods come from, compiled once per source.
 struct Catalogs<'a> {
     args: &'a Args,
+    /// The `--keyed` and `--non-idempotent` methods some catalog of the run declared.
+    matched_marks: std::cell::RefCell<std::collections::BTreeSet<String>>,
     /// By the directory whose protos were compiled (`None`: the one source for every config).
     compiled: BTreeMap<Option<PathBuf>, MethodCatalog>,
 }
@@ -247,8 +258,22 @@ impl<'a> Catalogs<'a> {
     fn new(args: &'a Args) -> Self {
         Self {
             args,
+            matched_marks: Default::default(),
             compiled: BTreeMap::new(),
         }
+    }
+
+    /// The marks of the command line that matched no service of any config checked: typos, which
+    /// would otherwise leave the method undeclared and its retry a mere warning.
+    fn unmatched_marks(&self) -> Vec<String> {
+        let matched = self.matched_marks.borrow();
+        self.args
+            .keyed
+            .iter()
+            .chain(&self.args.non_idempotent)
+            .filter(|mark| !matched.contains(*mark))
+            .cloned()
+            .collect()
     }
 
     /// The catalog for `config`, with the command line's marks applied.
@@ -299,10 +324,12 @@ impl<'a> Catalogs<'a> {
                 let method = GrpcMethod::parse(name)
                     .map_err(|e| Unreadable(format!("{flag} {name}: {e}")))?;
                 // A mark for another config's service is not this config's concern; a method
-                // this service does not have is a typo.
+                // this service does not have is a typo. A mark no catalog of the run declares is
+                // reported at the end (`Catalogs::unmatched_marks`).
                 if catalog.get(&method).is_none() && !catalog.declares_service(method.service()) {
                     continue;
                 }
+                self.matched_marks.borrow_mut().insert(name.clone());
                 let marked = if flag == "--keyed" {
                     catalog.mark_keyed_mutation(&method)
                 } else {

@@ -180,6 +180,12 @@ fn unreadable_inputs_exit_two_with_a_clear_message() {
             "no such method",
         ),
         (
+            good.clone(),
+            descriptors.clone(),
+            &["--non-idempotent", "/paymnets.v1.Payments/Transfer"],
+            "matches no service",
+        ),
+        (
             good,
             descriptors,
             &["--layer", "mesh"],

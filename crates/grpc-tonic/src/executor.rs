@@ -170,9 +170,10 @@ impl RetryExecutor {
     /// The call's deadline is the earlier of `deadline` and the settings' `call_timeout`, counted
     /// from now; it bounds every attempt (response body included) and every lookup, and when it
     /// passes the caller gets DEADLINE_EXCEEDED. An attempt that provably never reached the
-    /// server application (the stream refused, or above a GOAWAY's last stream, or no connection
-    /// could be made) is resent once at once, whatever the method, without a budget token and
-    /// without counting toward `maxAttempts`. A connection that broke after the request was sent
+    /// server application is resent whatever the method, without a budget token and without
+    /// counting toward `maxAttempts`: up to 5 times (10 ms apart, within the deadline) when it
+    /// never left the process (no connection, dropped unsent), once when the server refused it
+    /// before its application saw it (REFUSED_STREAM, above a GOAWAY's last stream). A connection that broke after the request was sent
     /// is UNAVAILABLE with an unknown outcome, as grpc-go and gRPC C-core report it.
     pub async fn call<M, R, C, CF, S, SF>(
         &self,
@@ -208,6 +209,10 @@ impl RetryExecutor {
         let mut sent_attempts = 0u32;
         let (mut unsent_resends, mut refused_resent) = (0u32, false);
         loop {
+            // A lookup or a backoff may have used up the rest of the deadline: send nothing then.
+            if call_deadline.is_some_and(|d| Instant::now() >= d) {
+                return Err(Status::deadline_exceeded("the call's deadline passed"));
+            }
             let mut request = Request::new(message.clone());
             if let Some(value) = &key_value {
                 request
