@@ -130,3 +130,28 @@ pub(crate) fn target_dir() -> Result<std::path::PathBuf> {
         metadata[start..end].replace("\\\\", "\\"),
     ))
 }
+
+/// Installs Debian `packages` with apt-get, saying first what and `why`; refreshes the package
+/// lists and tries again when the first attempt fails (a machine whose lists are stale or empty).
+/// Only for a process running as root; callers check.
+pub(crate) fn apt_install(packages: &[&str], why: &str) -> Result<()> {
+    eprintln!(
+        "xtask: installing Debian's {} with apt-get ({why})",
+        packages.join(", ")
+    );
+    let install = || {
+        output(
+            Command::new("apt-get")
+                .args(["install", "-y", "--no-install-recommends"])
+                .args(packages)
+                .env("DEBIAN_FRONTEND", "noninteractive"),
+        )
+    };
+    install()
+        .or_else(|_| {
+            output(Command::new("apt-get").arg("update"))?;
+            install()
+        })
+        .with_context(|| format!("installing {}", packages.join(", ")))?;
+    Ok(())
+}

@@ -220,25 +220,5 @@ fn install_galera() -> Result<()> {
     if !running_as_root()? {
         bail!("{PROVIDER} or wsrep_sst_rsync is missing; install Debian's `galera-4` and `rsync`");
     }
-    eprintln!("xtask: installing Debian's `galera-4` and `rsync` with apt-get (a Galera cluster)");
-    let install = || {
-        cmd::output(
-            Command::new("apt-get")
-                .args([
-                    "install",
-                    "-y",
-                    "--no-install-recommends",
-                    "galera-4",
-                    "rsync",
-                ])
-                .env("DEBIAN_FRONTEND", "noninteractive"),
-        )
-    };
-    install()
-        .or_else(|_| {
-            cmd::output(Command::new("apt-get").arg("update"))?;
-            install()
-        })
-        .context("installing galera-4")?;
-    Ok(())
+    cmd::apt_install(&["galera-4", "rsync"], "a three-node Galera cluster")
 }

@@ -178,24 +178,10 @@ pub(crate) fn install() -> Result<()> {
     if !running_as_root()? {
         bail!("{SERVER} is missing; install Debian's `mariadb-server` package");
     }
-    eprintln!(
-        "xtask: installing Debian's `mariadb-server` with apt-get (the ledger's contract suite runs \
-         on MariaDB too)"
-    );
-    let install = || {
-        cmd::output(
-            Command::new("apt-get")
-                .args(["install", "-y", "--no-install-recommends", "mariadb-server"])
-                .env("DEBIAN_FRONTEND", "noninteractive"),
-        )
-    };
-    install()
-        .or_else(|_| {
-            cmd::output(Command::new("apt-get").arg("update"))?;
-            install()
-        })
-        .context("installing mariadb-server")?;
-    Ok(())
+    cmd::apt_install(
+        &["mariadb-server"],
+        "the ledger's contract suite runs on MariaDB too",
+    )
 }
 
 /// A throwaway server for `cargo xtask test`.

@@ -134,24 +134,10 @@ fn install() -> Result<()> {
     if !running_as_root()? {
         bail!("{BINARY} is missing; install Debian's `pgbouncer` package");
     }
-    eprintln!(
-        "xtask: installing Debian's `pgbouncer` with apt-get (the contract suite and the demo \
-         also run through a connection pooler)"
-    );
-    let install = || {
-        cmd::output(
-            Command::new("apt-get")
-                .args(["install", "-y", "--no-install-recommends", "pgbouncer"])
-                .env("DEBIAN_FRONTEND", "noninteractive"),
-        )
-    };
-    install()
-        .or_else(|_| {
-            cmd::output(Command::new("apt-get").arg("update"))?;
-            install()
-        })
-        .context("installing pgbouncer")?;
-    Ok(())
+    cmd::apt_install(
+        &["pgbouncer"],
+        "the contract suite and the demo also run through a connection pooler",
+    )
 }
 
 /// The port of a `postgres://user@host:PORT/db` URL.

@@ -10,9 +10,10 @@ use expect_test::expect_file;
 
 const CONFIGS: &str = "tests/fixtures/realworld/configs";
 
-fn lint(extra: &[&str]) -> Output {
+/// The lint on `configs` against the fixtures' protos.
+fn lint_on(configs: &str, extra: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_grpc-retry-lint"))
-        .arg(CONFIGS)
+        .arg(configs)
         .args([
             "--proto",
             "tests/fixtures/realworld/proto/shop/v1/shop.proto",
@@ -22,6 +23,10 @@ fn lint(extra: &[&str]) -> Output {
         .args(extra)
         .output()
         .expect("the lint runs")
+}
+
+fn lint(extra: &[&str]) -> Output {
+    lint_on(CONFIGS, extra)
 }
 
 fn stdout(output: &Output) -> String {
@@ -158,22 +163,8 @@ fn check_sarif(sarif: &serde_json::Value) {
 
 #[test]
 fn exit_codes_follow_the_worst_finding() {
-    let configs = |file: &str| format!("{CONFIGS}/{file}");
-    let run = |file: &str, extra: &[&str]| {
-        Command::new(env!("CARGO_BIN_EXE_grpc-retry-lint"))
-            .arg(configs(file))
-            .args([
-                "--proto",
-                "tests/fixtures/realworld/proto/shop/v1/shop.proto",
-                "--include",
-                "tests/fixtures/realworld/proto",
-            ])
-            .args(extra)
-            .output()
-            .unwrap()
-            .status
-            .code()
-    };
+    let run =
+        |file: &str, extra: &[&str]| lint_on(&format!("{CONFIGS}/{file}"), extra).status.code();
     let warnings_only = "undeclared_grpc_service_config.json";
     assert_eq!(run(warnings_only, &[]), Some(0));
     assert_eq!(run(warnings_only, &["--deny", "warnings"]), Some(1));

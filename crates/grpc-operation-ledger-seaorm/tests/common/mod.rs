@@ -107,6 +107,18 @@ pub fn with_database(url: &str, database: &str) -> String {
     }
 }
 
+/// Creates database `name` on the server at `admin_url` (read from the variable `variable`).
+async fn create_database(admin_url: &str, variable: &str, name: &str) {
+    let admin = Database::connect(admin_url)
+        .await
+        .unwrap_or_else(|e| panic!("cannot reach the server at {variable} ({e}); is it running?"));
+    admin
+        .execute_unprepared(&format!("CREATE DATABASE {name}"))
+        .await
+        .expect("create a fresh database");
+    admin.close().await.expect("close the admin connection");
+}
+
 /// A fresh, migrated store.
 pub async fn fresh(store: Store) -> TestDb {
     let name = unique_name();
@@ -124,14 +136,7 @@ pub async fn fresh(store: Store) -> TestDb {
         }
         Store::Postgres => {
             let admin_url = postgres_admin_url();
-            let admin = Database::connect(&admin_url).await.unwrap_or_else(|e| {
-                panic!("cannot reach the PostgreSQL at DATABASE_URL ({e}); is it running?")
-            });
-            admin
-                .execute_unprepared(&format!("CREATE DATABASE {name}"))
-                .await
-                .expect("create a fresh database");
-            admin.close().await.expect("close the admin connection");
+            create_database(&admin_url, "DATABASE_URL", &name).await;
             let url = with_database(&admin_url, &name);
             let db = connect_postgres(&url, &config())
                 .await
@@ -147,14 +152,7 @@ pub async fn fresh(store: Store) -> TestDb {
         }
         Store::MariaDb => {
             let server = mariadb_admin_url();
-            let admin = Database::connect(&server).await.unwrap_or_else(|e| {
-                panic!("cannot reach the MariaDB at MARIADB_URL ({e}); is it running?")
-            });
-            admin
-                .execute_unprepared(&format!("CREATE DATABASE {name}"))
-                .await
-                .expect("create a fresh database");
-            admin.close().await.expect("close the admin connection");
+            create_database(&server, "MARIADB_URL", &name).await;
             let url = format!("{}/{name}", server.trim_end_matches('/'));
             let db = connect_mysql(&url, &config())
                 .await
@@ -181,12 +179,8 @@ pub async fn fresh(store: Store) -> TestDb {
                 .split(',')
                 .map(str::to_owned)
                 .collect();
-            let admin = Database::connect(&urls[0]).await.expect("reach node 1");
-            admin
-                .execute_unprepared(&format!("CREATE DATABASE {name}"))
-                .await
-                .expect("create a fresh database (replicated to every node)");
-            admin.close().await.expect("close the admin connection");
+            // Created on node 1 and replicated to every node.
+            create_database(&urls[0], "GALERA_URLS", &name).await;
             let mut nodes = Vec::new();
             for url in &urls {
                 let url = format!("{}/{name}", url.trim_end_matches('/'));
