@@ -69,7 +69,8 @@ pub enum LedgerDurability {
 ///
 /// # Other operations
 ///
-/// - `find` MUST return the stored record, or `None`.
+/// - `find` MUST return the stored record, or `None`; `look_up` the same with the time the lease
+///   has left by the store's clock.
 /// - `purge` MUST delete at most `limit` rows that are `COMMITTED` or `FAILED_TERMINAL` and
 ///   completed more than `retention` ago by the store's clock (never the caller's), MUST NOT
 ///   delete an `IN_PROGRESS` row, and returns the count.
@@ -106,6 +107,25 @@ pub trait GrpcOperationLedger: Send + Sync {
         &self,
         identity: &GrpcOperationIdentity,
     ) -> Result<Option<OperationRecord>, LedgerError>;
+
+    /// Reads an operation's record with the time its lease has left (zero once it finished or
+    /// expired), for a caller asking what became of it. An adapter with a store clock judges the
+    /// lease by it; this default judges it by this process's clock.
+    async fn look_up(
+        &self,
+        identity: &GrpcOperationIdentity,
+    ) -> Result<Option<(OperationRecord, Duration)>, LedgerError> {
+        Ok(self.find(identity).await?.map(|record| {
+            let left = match record.finished {
+                Some(_) => Duration::ZERO,
+                None => record
+                    .lease_expires_at
+                    .duration_since(std::time::SystemTime::now())
+                    .unwrap_or_default(),
+            };
+            (record, left)
+        }))
+    }
 
     /// Deletes at most `limit` finished operations completed more than `retention` ago by the
     /// store's clock.

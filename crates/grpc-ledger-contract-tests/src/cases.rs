@@ -85,6 +85,27 @@ pub async fn claim_new_identity<F: LedgerFixture>(fixture: &F) {
     assert_eq!(record.state(), OperationState::InProgress);
     assert_eq!(record.version, version);
     assert_eq!(record.request_fingerprint, request("x"));
+    // The lookup reports the same record and a lease that has (almost) all of its time left.
+    let (looked_up, left) = ledger
+        .look_up(&id)
+        .await
+        .expect("look up")
+        .expect("the claim is stored");
+    assert_eq!(looked_up, record);
+    assert!(
+        left <= Duration::from_millis(LONG) && left > Duration::from_millis(LONG / 2),
+        "lease left {left:?}"
+    );
+    ledger
+        .mark_committed(&id, version, &outcome("p"))
+        .await
+        .expect("commit");
+    let (_, left) = ledger.look_up(&id).await.expect("look up").expect("row");
+    assert_eq!(
+        left,
+        Duration::ZERO,
+        "a finished operation has no lease left"
+    );
 }
 
 /// A claim after commit replays: outcome and version intact, nothing rewritten (ADR 0002: the

@@ -5,10 +5,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use grpc_core_api::{Completion, GrpcMethod, GrpcOperationLedger, OutcomeReference};
-use grpc_operation_ledger_seaorm::{SeaOrmOperationLedger, SeaOrmUnitsOfWork};
+use grpc_core_api::{GrpcMethod, OutcomeReference};
+use grpc_operation_ledger_seaorm::SeaOrmUnitsOfWork;
 use grpc_policy::{RandomSource, SplitMix64};
-use grpc_tonic::{AuthenticatedPrincipal, Committed, HandlerError, KeyedMutationGuard};
+use grpc_tonic::{AuthenticatedPrincipal, Committed, HandlerError, KeyedMutationGuard, Resolved};
 use sea_orm::{
     ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbBackend, DbErr, Statement,
 };
@@ -235,37 +235,28 @@ impl Payments for PaymentsService {
         &self,
         request: Request<ResolvePaymentRequest>,
     ) -> Result<Response<ResolvePaymentResponse>, Status> {
-        let identity =
-            self.guard
-                .identity(&create_method(), request.metadata(), request.extensions())?;
-        let db = self.guard.units().connection();
-        let record = SeaOrmOperationLedger::new(db)
-            .find(&identity)
-            .await
-            .map_err(Status::from)?;
+        let resolved = self
+            .guard
+            .resolve(&create_method(), request.metadata(), request.extensions())
+            .await?;
         let mut answer = ResolvePaymentResponse::default();
-        match record {
-            None => answer.set_state(State::NotFound),
-            Some(record) => match &record.finished {
-                None => {
-                    answer.set_state(State::InProgress);
-                    let left = record
-                        .lease_expires_at
-                        .duration_since(std::time::SystemTime::now());
-                    answer.retry_after_ms = left.map(|d| d.as_millis() as i64).unwrap_or(0).max(10);
-                }
-                Some((_, Completion::Committed(outcome))) => {
-                    answer.set_state(State::Committed);
-                    answer.payment = load_payment(db, outcome.as_str())
-                        .await
-                        .map_err(|_| Status::unavailable("the payments store failed"))?;
-                }
-                Some((_, Completion::Failed(failure))) => {
-                    answer.set_state(State::Failed);
-                    answer.failure_code = failure.code() as i32;
-                    answer.failure_message = failure.message().to_owned();
-                }
-            },
+        match resolved {
+            Resolved::NotFound => answer.set_state(State::NotFound),
+            Resolved::InProgress { retry_after } => {
+                answer.set_state(State::InProgress);
+                answer.retry_after_ms = (retry_after.as_millis() as i64).max(10);
+            }
+            Resolved::Committed(outcome) => {
+                answer.set_state(State::Committed);
+                answer.payment = load_payment(self.guard.units().connection(), outcome.as_str())
+                    .await
+                    .map_err(|_| Status::unavailable("the payments store failed"))?;
+            }
+            Resolved::Failed(failure) => {
+                answer.set_state(State::Failed);
+                answer.failure_code = failure.code() as i32;
+                answer.failure_message = failure.message().to_owned();
+            }
         }
         Ok(Response::new(answer))
     }

@@ -341,6 +341,23 @@ where
             .map(|(record, _)| record))
     }
 
+    /// The record with its lease judged by the store's clock, read in the same statement.
+    async fn look_up(
+        &self,
+        identity: &GrpcOperationIdentity,
+    ) -> Result<Option<(OperationRecord, Duration)>, LedgerError> {
+        Ok(self
+            .read(identity, Phase::Other)
+            .await?
+            .map(|(record, db_now)| {
+                let left = match record.finished {
+                    Some(_) => 0,
+                    None => millis_between(db_now, to_millis(record.lease_expires_at)).max(0),
+                };
+                (record, Duration::from_millis(left as u64))
+            }))
+    }
+
     async fn purge(&self, retention: Duration, limit: NonZeroU32) -> Result<u64, LedgerError> {
         let retention_ms = i64::try_from(retention.as_millis()).unwrap_or(i64::MAX);
         let values = vec![retention_ms.into(), i64::from(limit.get()).into()];

@@ -67,6 +67,24 @@ pub enum HandlerError {
     Transient(Status),
 }
 
+/// What became of a keyed operation, as the ledger records it: what a service's resolve RPC
+/// answers, and what the client's resolve-first lookup needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Resolved {
+    /// The ledger has no such operation: it never committed, and a resend with the same key is
+    /// safe.
+    NotFound,
+    /// Another attempt holds it; ask again after this long (its lease, by the store's clock).
+    InProgress {
+        /// When its lease runs out.
+        retry_after: Duration,
+    },
+    /// It committed; its result is where this reference says.
+    Committed(OutcomeReference),
+    /// It failed terminally, with this failure (the status a replay returns).
+    Failed(RecordedFailure),
+}
+
 /// Runs keyed mutations exactly once, inside units of work of the ledger's store.
 pub struct KeyedMutationGuard<U> {
     units: Arc<U>,
@@ -219,6 +237,29 @@ where
                 }
             }
         }
+    }
+
+    /// What became of the `method` operation named by this request's key and caller, read from
+    /// the ledger, its lease judged by the store's clock: the body of a resolve RPC, without
+    /// reaching into the store. Key and caller are read and refused as [`run`](Self::run) does.
+    pub async fn resolve(
+        &self,
+        method: &GrpcMethod,
+        metadata: &MetadataMap,
+        extensions: &Extensions,
+    ) -> Result<Resolved, Status> {
+        let identity = self.identity(method, metadata, extensions)?;
+        let transaction = Arc::new(self.units.begin().await.map_err(Status::from)?);
+        let found = self.units.ledger(&transaction).look_up(&identity).await;
+        self.roll_back(transaction).await;
+        Ok(match found.map_err(Status::from)? {
+            None => Resolved::NotFound,
+            Some((record, retry_after)) => match record.finished {
+                None => Resolved::InProgress { retry_after },
+                Some((_, Completion::Committed(outcome))) => Resolved::Committed(outcome),
+                Some((_, Completion::Failed(failure))) => Resolved::Failed(failure),
+            },
+        })
     }
 
     /// Records how the claimed operation ended and commits the unit of work; if the ledger refuses

@@ -18,7 +18,7 @@ pub use caller::{
     ClientAssertedHeaderExtractor,
 };
 pub use executor::{ExecutorStats, Resolution, RetryExecutor, RetrySettings};
-pub use guard::{Committed, GuardConfig, HandlerError, KeyedMutationGuard};
+pub use guard::{Committed, GuardConfig, HandlerError, KeyedMutationGuard, Resolved};
 pub use transport::{TransportFailure, classify as transport_failure};
 
 /// The request metadata that carries the caller's idempotency key, unless configured otherwise.

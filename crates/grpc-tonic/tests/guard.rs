@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use grpc_core_api::*;
 use grpc_ledger_contract_tests::{InMemoryStore, InMemoryUnit};
 use grpc_tonic::{
-    AuthenticatedPrincipal, Committed, GuardConfig, HandlerError, KeyedMutationGuard,
+    AuthenticatedPrincipal, Committed, GuardConfig, HandlerError, KeyedMutationGuard, Resolved,
 };
 use tonic::{Code, Request, Status};
 use tonic_types::StatusExt;
@@ -557,5 +557,80 @@ async fn a_replayed_failure_carries_the_original_error_details() {
     assert_eq!(
         info.metadata.get("shortfall_minor").map(String::as_str),
         Some("250")
+    );
+}
+
+/// A resolve RPC's answer from the guard: not found before, committed after, in progress while a
+/// claim-first owner holds the lease, the recorded failure after a terminal refusal.
+#[tokio::test]
+async fn resolve_reports_what_became_of_the_operation() {
+    let store = InMemoryStore::new(Duration::from_millis(200));
+    let guard = guard(&store);
+    let runs = AtomicU32::new(0);
+    let look = |key: &str| {
+        let request = request(1, Some(key), Some("tenant-a"));
+        let (metadata, extensions, _) = request.into_parts();
+        let guard = guard.clone();
+        async move {
+            guard
+                .resolve(&method(), &metadata, &extensions)
+                .await
+                .unwrap()
+        }
+    };
+    assert_eq!(look("k-r").await, Resolved::NotFound);
+    pay(
+        &guard,
+        request(1, Some("k-r"), Some("tenant-a")),
+        &runs,
+        Ok(()),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        look("k-r").await,
+        Resolved::Committed(OutcomeReference::parse("payment-1").unwrap())
+    );
+    let refusal = HandlerError::Terminal(Status::failed_precondition("insufficient funds"));
+    let _ = pay(
+        &guard,
+        request(1, Some("k-f"), Some("tenant-a")),
+        &runs,
+        Err(refusal),
+    )
+    .await;
+    let Resolved::Failed(failure) = look("k-f").await else {
+        panic!("a terminal refusal is recorded");
+    };
+    assert_eq!(failure.code(), Code::FailedPrecondition);
+    // A claim held by another owner (claim-first, committed on its own) is in progress.
+    let identity = guard
+        .identity(
+            &method(),
+            request(1, Some("k-p"), Some("tenant-a")).metadata(),
+            request(1, Some("k-p"), Some("tenant-a")).extensions(),
+        )
+        .unwrap();
+    grpc_ledger_contract_tests::LedgerStore::autocommit(&store)
+        .claim(
+            &identity,
+            &RequestFingerprint::of(b"held"),
+            LeaseDuration::new(Duration::from_secs(30)).unwrap(),
+        )
+        .await
+        .unwrap();
+    let Resolved::InProgress { retry_after } = look("k-p").await else {
+        panic!("a held claim is in progress");
+    };
+    assert!(retry_after > Duration::from_secs(20) && retry_after <= Duration::from_secs(30));
+    // The same refusals as a guarded call: no key is INVALID_ARGUMENT.
+    let (metadata, extensions, _) = request(1, None, Some("tenant-a")).into_parts();
+    assert_eq!(
+        guard
+            .resolve(&method(), &metadata, &extensions)
+            .await
+            .unwrap_err()
+            .code(),
+        Code::InvalidArgument
     );
 }
