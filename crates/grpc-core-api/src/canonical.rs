@@ -68,6 +68,16 @@ pub enum SchemaError {
         /// The input type of the method.
         message_type: String,
     },
+    /// The message type the server decoded has fields the schema does not declare: the
+    /// descriptor set is older than the code.
+    #[error(
+        "{message_type} has fields the request schema does not declare; the descriptor set is \
+         older than the code"
+    )]
+    RequestTypeDiffersFromSchema {
+        /// The input type of the method.
+        message_type: String,
+    },
 }
 
 impl From<SchemaError> for tonic::Status {
@@ -134,12 +144,25 @@ impl RequestSchema {
 
     /// The fingerprint of a request to `method`, given as the message the server decoded (what a
     /// tonic handler receives).
+    ///
+    /// The message's own encoding can hold no field its type does not declare (the server's
+    /// decoder dropped any), so a field the schema does not know means the schema is older than
+    /// the code: two requests differing only there would get one fingerprint and the second would
+    /// replay the first. That is refused (`RequestTypeDiffersFromSchema`) rather than hashed.
     pub fn fingerprint_message(
         &self,
         method: &GrpcMethod,
         request: &impl Message,
     ) -> Result<RequestFingerprint, SchemaError> {
-        self.fingerprint(method, &request.encode_to_vec())
+        let (input, message) = self.decode(method, &request.encode_to_vec())?;
+        if has_unknown_fields(&message) {
+            return Err(SchemaError::RequestTypeDiffersFromSchema {
+                message_type: input.full_name().to_owned(),
+            });
+        }
+        Ok(RequestFingerprint::from_digest(
+            Sha256::digest(self.form(&input, &message)).into(),
+        ))
     }
 
     /// The canonical form itself, whose SHA-256 is the fingerprint: for tests and for readers who
@@ -149,6 +172,16 @@ impl RequestSchema {
         method: &GrpcMethod,
         encoded_request: &[u8],
     ) -> Result<Vec<u8>, SchemaError> {
+        let (input, message) = self.decode(method, encoded_request)?;
+        Ok(self.form(&input, &message))
+    }
+
+    /// The request decoded as `method`'s input type.
+    fn decode(
+        &self,
+        method: &GrpcMethod,
+        encoded_request: &[u8],
+    ) -> Result<(MessageDescriptor, DynamicMessage), SchemaError> {
         let input =
             self.inputs
                 .get(method.as_str())
@@ -160,11 +193,15 @@ impl RequestSchema {
                 message_type: input.full_name().to_owned(),
             }
         })?;
-        let mut out = Vec::with_capacity(encoded_request.len() + FORM_TAG.len() + 64);
+        Ok((input.clone(), message))
+    }
+
+    fn form(&self, input: &MessageDescriptor, message: &DynamicMessage) -> Vec<u8> {
+        let mut out = Vec::with_capacity(256);
         out.extend_from_slice(FORM_TAG);
         write_bytes(&mut out, input.full_name().as_bytes());
-        self.write_message(&mut out, &message, MAX_ANY_UNPACKING);
-        Ok(out)
+        self.write_message(&mut out, message, MAX_ANY_UNPACKING);
+        out
     }
 
     /// `anys_left`: how many more nested `Any`s may be unpacked on this path.
@@ -280,4 +317,18 @@ fn write_varint(out: &mut Vec<u8>, mut value: u64) {
         value >>= 7;
     }
     out.push(value as u8);
+}
+
+/// Whether `message`, or any message inside it, holds fields its descriptor does not declare
+/// (an `Any`'s packed bytes are not looked into).
+fn has_unknown_fields(message: &DynamicMessage) -> bool {
+    fn value_has(value: &Value) -> bool {
+        match value {
+            Value::Message(message) => has_unknown_fields(message),
+            Value::List(items) => items.iter().any(value_has),
+            Value::Map(entries) => entries.values().any(value_has),
+            _ => false,
+        }
+    }
+    message.unknown_fields().next().is_some() || message.fields().any(|(_, value)| value_has(value))
 }

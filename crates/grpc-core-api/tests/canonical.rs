@@ -382,3 +382,52 @@ proptest! {
         );
     }
 }
+
+/// The server's request type has a field its descriptor set lacks (the set is older than the
+/// code): two requests differing only there would share a fingerprint and the second would
+/// replay the first, so the guard's fingerprint refuses, at any depth.
+#[test]
+fn a_request_type_newer_than_the_schema_is_refused_not_hashed() {
+    #[derive(Clone, PartialEq, prost::Message)]
+    struct NewerLine {
+        #[prost(string, tag = "1")]
+        sku: String,
+        #[prost(string, tag = "77")]
+        gift_note: String,
+    }
+    #[derive(Clone, PartialEq, prost::Message)]
+    struct NewerOrder {
+        #[prost(string, tag = "1")]
+        account: String,
+        #[prost(message, repeated, tag = "4")]
+        lines: Vec<NewerLine>,
+        #[prost(int64, tag = "99")]
+        loyalty_points: i64,
+    }
+    let schema = schema();
+    let order = |points, note: &str| NewerOrder {
+        account: "acct-1".into(),
+        lines: vec![NewerLine {
+            sku: "sku-1".into(),
+            gift_note: note.into(),
+        }],
+        loyalty_points: points,
+    };
+    let refused = Err(SchemaError::RequestTypeDiffersFromSchema {
+        message_type: "orders.v1.CreateOrderRequest".into(),
+    });
+    assert_eq!(
+        schema.fingerprint_message(&create_order(), &order(5, "")),
+        refused
+    );
+    assert_eq!(
+        schema.fingerprint_message(&create_order(), &order(0, "hi")),
+        refused
+    );
+    // With the new fields at their defaults nothing unknown is on the wire: nothing to refuse.
+    assert!(
+        schema
+            .fingerprint_message(&create_order(), &order(0, ""))
+            .is_ok()
+    );
+}
