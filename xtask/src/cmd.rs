@@ -134,6 +134,28 @@ pub(crate) fn target_dir() -> Result<std::path::PathBuf> {
 /// Installs Debian `packages` with apt-get, saying first what and `why`; refreshes the package
 /// lists and tries again when the first attempt fails (a machine whose lists are stale or empty).
 /// Only for a process running as root; callers check.
+/// Installs Debian's `packages` when any of `required` is missing, if this process may (root);
+/// otherwise says which file is missing and what to install.
+pub(crate) fn install_if_missing(required: &[&str], packages: &[&str], why: &str) -> Result<()> {
+    let Some(missing) = required
+        .iter()
+        .find(|file| !std::path::Path::new(file).is_file())
+    else {
+        return Ok(());
+    };
+    if !crate::postgres::running_as_root()? {
+        bail!(
+            "{missing} is missing; install Debian's {}",
+            packages
+                .iter()
+                .map(|package| format!("`{package}`"))
+                .collect::<Vec<_>>()
+                .join(" and ")
+        );
+    }
+    apt_install(packages, why)
+}
+
 pub(crate) fn apt_install(packages: &[&str], why: &str) -> Result<()> {
     eprintln!(
         "xtask: installing Debian's {} with apt-get ({why})",

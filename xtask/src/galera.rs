@@ -9,7 +9,7 @@
 //! committed (safe for the ledger, whose insert would then fail certification, but a needless
 //! retry for the client). Deployments of the ledger on Galera should set it too (ADR 0008).
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -42,9 +42,11 @@ impl Galera {
     /// Bootstraps node 1, joins nodes 2 and 3 by state transfer, and creates the test account.
     pub(crate) fn start() -> Result<Self> {
         install()?;
-        if !Path::new(PROVIDER).is_file() || !Path::new("/usr/bin/wsrep_sst_rsync").is_file() {
-            install_galera()?;
-        }
+        cmd::install_if_missing(
+            &[PROVIDER, "/usr/bin/wsrep_sst_rsync"],
+            &["galera-4", "rsync"],
+            "a three-node Galera cluster",
+        )?;
         let root = fresh_temp_dir()?;
         let run_as = if running_as_root()? {
             ensure_system_user()?;
@@ -214,11 +216,4 @@ impl Drop for Galera {
             eprintln!("xtask: removing {} failed: {error}", self.root.display());
         }
     }
-}
-
-fn install_galera() -> Result<()> {
-    if !running_as_root()? {
-        bail!("{PROVIDER} or wsrep_sst_rsync is missing; install Debian's `galera-4` and `rsync`");
-    }
-    cmd::apt_install(&["galera-4", "rsync"], "a three-node Galera cluster")
 }

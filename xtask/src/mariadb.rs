@@ -3,7 +3,7 @@
 //! unprivileged user on a free loopback port; stopped and removed on drop, also when a test fails
 //! or the command is interrupted. `cargo xtask mariadb start|stop|url` keeps one for development.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -172,13 +172,8 @@ pub(crate) fn whoami() -> Result<String> {
 
 /// Installs Debian's `mariadb-server` when it is missing and this process may (root).
 pub(crate) fn install() -> Result<()> {
-    if Path::new(SERVER).is_file() && Path::new(INSTALL_DB).is_file() {
-        return Ok(());
-    }
-    if !running_as_root()? {
-        bail!("{SERVER} is missing; install Debian's `mariadb-server` package");
-    }
-    cmd::apt_install(
+    cmd::install_if_missing(
+        &[SERVER, INSTALL_DB],
         &["mariadb-server"],
         "the ledger's contract suite runs on MariaDB too",
     )

@@ -128,13 +128,8 @@ impl Drop for Bouncer {
 
 /// Installs Debian's `pgbouncer` when it is missing and this process may (root).
 fn install() -> Result<()> {
-    if std::path::Path::new(BINARY).is_file() {
-        return Ok(());
-    }
-    if !running_as_root()? {
-        bail!("{BINARY} is missing; install Debian's `pgbouncer` package");
-    }
-    cmd::apt_install(
+    cmd::install_if_missing(
+        &[BINARY],
         &["pgbouncer"],
         "the contract suite and the demo also run through a connection pooler",
     )

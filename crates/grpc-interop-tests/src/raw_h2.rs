@@ -32,18 +32,42 @@ pub enum Behaviour {
 /// A raw HTTP/2 server on loopback; `script(n)` decides what happens to stream `n`. Returns its
 /// address and the number of streams it was offered.
 pub async fn raw_server(script: fn(u32) -> Behaviour) -> (SocketAddr, Arc<AtomicU32>) {
-    let listener = TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("a loopback port");
-    let addr = listener.local_addr().expect("its address");
-    let streams = Arc::new(AtomicU32::new(0));
-    let seen = Arc::clone(&streams);
+    let (listener, addr, streams, seen) = bind_loopback().await;
     tokio::spawn(async move {
         while let Ok((tcp, _)) = listener.accept().await {
             tokio::spawn(serve_connection(tcp, script, Arc::clone(&seen)));
         }
     });
     (addr, streams)
+}
+
+/// A loopback listener, its address, and a stream counter with the clone its server task keeps.
+async fn bind_loopback() -> (TcpListener, SocketAddr, Arc<AtomicU32>, Arc<AtomicU32>) {
+    let listener = TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("a loopback port");
+    let addr = listener.local_addr().expect("its address");
+    let streams = Arc::new(AtomicU32::new(0));
+    let seen = Arc::clone(&streams);
+    (listener, addr, streams, seen)
+}
+
+/// A script: the first stream is refused, every later one answered.
+pub fn refuse_first(n: u32) -> Behaviour {
+    if n == 0 {
+        Behaviour::Refuse
+    } else {
+        Behaviour::Answer
+    }
+}
+
+/// A script: the first stream's connection dies mid-call, every later stream is answered.
+pub fn die_mid_first_call(n: u32) -> Behaviour {
+    if n == 0 {
+        Behaviour::DieMidCall
+    } else {
+        Behaviour::Answer
+    }
 }
 
 async fn serve_connection(tcp: TcpStream, script: fn(u32) -> Behaviour, seen: Arc<AtomicU32>) {
@@ -84,12 +108,7 @@ async fn serve_connection(tcp: TcpStream, script: fn(u32) -> Behaviour, seen: Ar
 /// SETTINGS at once, SETTINGS acknowledged, GOAWAY), so that any client, whether it waits for the
 /// server's SETTINGS (gRPC C-core) or not (hyper), gets there.
 pub async fn goaway_then(then: fn(u32) -> Behaviour) -> (SocketAddr, Arc<AtomicU32>) {
-    let listener = TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("a loopback port");
-    let addr = listener.local_addr().expect("its address");
-    let streams = Arc::new(AtomicU32::new(0));
-    let seen = Arc::clone(&streams);
+    let (listener, addr, streams, seen) = bind_loopback().await;
     tokio::spawn(async move {
         let Ok((tcp, _)) = listener.accept().await else {
             return;

@@ -14,7 +14,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use grpc_core_api::{GrpcMethod, LedgerDurability};
-use grpc_interop_tests::raw_h2::{Behaviour, goaway_then, raw_server};
+use grpc_interop_tests::raw_h2::{Behaviour, goaway_then, raw_server, refuse_first};
 use grpc_interop_tests::{Attempt, METHOD, ProbeServer, pb};
 use grpc_policy::{
     GrpcRetryBudget, GrpcRetryOwner, GrpcServiceConfigPolicy, MethodClass, RetryThrottling,
@@ -396,14 +396,7 @@ async fn a_refused_stream_is_resent_transparently() {
     for (client, expected_code, expected_streams) in
         [("executor", "OK", 2), ("grpcio", "UNAVAILABLE", 1)]
     {
-        let (addr, streams) = raw_server(|n| {
-            if n == 0 {
-                Behaviour::Refuse
-            } else {
-                Behaviour::Answer
-            }
-        })
-        .await;
+        let (addr, streams) = raw_server(refuse_first).await;
         let code = one_call(client, addr, &config).await;
         assert_eq!(code, expected_code, "{client}");
         assert_eq!(streams.load(Ordering::SeqCst), expected_streams, "{client}");

@@ -10,7 +10,9 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use grpc_core_api::{IdempotencyKey, LedgerDurability};
-use grpc_interop_tests::raw_h2::{Behaviour, Note, goaway_then, raw_server};
+use grpc_interop_tests::raw_h2::{
+    Behaviour, Note, die_mid_first_call, goaway_then, raw_server, refuse_first,
+};
 use grpc_policy::{
     CodeSet, GrpcRetryBudget, GrpcRetryOwner, MethodClass, RetryPolicy, RetryThrottling,
 };
@@ -143,14 +145,7 @@ fn executor(retryable: &[Code]) -> RetryExecutor {
 /// that does not list the code: nothing reached the application.
 #[tokio::test]
 async fn the_executor_resends_a_refused_stream_once_transparently_whatever_the_method() {
-    let (addr, streams) = raw_server(|n| {
-        if n == 0 {
-            Behaviour::Refuse
-        } else {
-            Behaviour::Answer
-        }
-    })
-    .await;
+    let (addr, streams) = raw_server(refuse_first).await;
     let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
         .unwrap()
         .connect_lazy();
@@ -181,14 +176,7 @@ async fn the_executor_resends_a_refused_stream_once_transparently_whatever_the_m
 /// became of it before resending, with the same key.
 #[tokio::test]
 async fn a_keyed_mutation_cut_off_by_a_dead_server_is_resolved_first() {
-    let (addr, streams) = raw_server(|n| {
-        if n == 0 {
-            Behaviour::DieMidCall
-        } else {
-            Behaviour::Answer
-        }
-    })
-    .await;
+    let (addr, streams) = raw_server(die_mid_first_call).await;
     let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
         .unwrap()
         .connect_lazy();
