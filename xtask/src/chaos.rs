@@ -64,7 +64,18 @@ pub(crate) fn chaos(quick: bool, interrupted: &AtomicBool) -> Result<()> {
             Ok(killed.parse().unwrap_or(0))
         },
     )?);
-    summaries.push(through_pgbouncer(&demo, &cluster, payments, interrupted)?);
+    for mode in [
+        pgbouncer::PoolMode::Session,
+        pgbouncer::PoolMode::Transaction,
+    ] {
+        summaries.push(through_pgbouncer(
+            &demo,
+            &cluster,
+            mode,
+            payments,
+            interrupted,
+        )?);
+    }
     summaries.push(server_killed(
         &demo,
         &cluster,
@@ -75,7 +86,7 @@ pub(crate) fn chaos(quick: bool, interrupted: &AtomicBool) -> Result<()> {
     let (failover, orphans_after_failover) = failover(&demo, payments, interrupted)?;
     summaries.push(failover);
 
-    println!("\n{:<24} {:>7}  demo report", "scenario", "faults");
+    println!("\n{:<30} {:>7}  demo report", "scenario", "faults");
     let mut failed = Vec::new();
     for summary in &summaries {
         let compact: Vec<String> = summary
@@ -97,7 +108,7 @@ pub(crate) fn chaos(quick: bool, interrupted: &AtomicBool) -> Result<()> {
             })
             .collect();
         println!(
-            "{:<24} {:>7}  {}",
+            "{:<30} {:>7}  {}",
             summary.scenario,
             summary.faults,
             compact.join(" ")
@@ -154,30 +165,30 @@ fn scenario(
         name,
         demo,
         cluster,
-        cluster.url(),
+        (cluster.url(), &[]),
         payments,
         interrupted,
         fault,
     )
 }
 
-/// [`scenario`] with the demo reaching the cluster at `url` (through a proxy or a pooler).
+/// [`scenario`] with the demo reaching the cluster at `url` (through a proxy or a pooler), with
+/// `args` added to its command line.
 fn scenario_at(
     name: &'static str,
     demo: &Path,
     cluster: &Cluster,
-    url: &str,
+    (url, args): (&str, &[&str]),
     payments: u32,
     interrupted: &AtomicBool,
     mut fault: impl FnMut(&Cluster, u32) -> Result<u32>,
 ) -> Result<Summary> {
     eprintln!("xtask: chaos scenario: {name}");
-    let run_id = format!(
-        "{}{}",
-        name.split_whitespace().next().unwrap_or("x"),
-        std::process::id()
-    );
+    // Each scenario's accounts are its own, so its reconciliation counts only its payments.
+    let tag: String = name.chars().filter(char::is_ascii_alphanumeric).collect();
+    let run_id = format!("{tag}{}", std::process::id());
     let child = demo_command_at(demo, url, payments, &run_id)
+        .args(args)
         .stdout(Stdio::piped())
         .spawn()
         .context("starting the demo")?;
@@ -195,22 +206,29 @@ fn scenario_at(
     })
 }
 
-/// The demo reaches PostgreSQL through PgBouncer (session pooling) while server backends are
-/// killed behind the pooler's back: the pooler must pass the broken connections on as failures
-/// the ledger reports as UNAVAILABLE, and the claim's bounded wait must hold without any setting
-/// on the connection.
+/// The demo reaches PostgreSQL through PgBouncer in `mode` while server backends are killed
+/// behind the pooler's back: the pooler must pass the broken connections on as failures the
+/// ledger reports as UNAVAILABLE, and the claim's bounded wait must hold without any setting on
+/// the connection (in transaction pooling, also with server connections changing hands).
 fn through_pgbouncer(
     demo: &Path,
     cluster: &Cluster,
+    mode: pgbouncer::PoolMode,
     payments: u32,
     interrupted: &AtomicBool,
 ) -> Result<Summary> {
-    let bouncer = pgbouncer::Bouncer::start(cluster.url(), pgbouncer::PoolMode::Session)?;
+    let bouncer = pgbouncer::Bouncer::start(cluster.url(), mode)?;
+    let (name, args): (_, &[&str]) = match mode {
+        pgbouncer::PoolMode::Session => ("pgbouncer session, killed", &[]),
+        pgbouncer::PoolMode::Transaction => {
+            ("pgbouncer transaction, killed", &["--transaction-pooler"])
+        }
+    };
     scenario_at(
-        "via pgbouncer, killed",
+        name,
         demo,
         cluster,
-        bouncer.url(),
+        (bouncer.url(), args),
         payments,
         interrupted,
         |cluster, tick| {

@@ -22,12 +22,15 @@ const BINARY: &str = "/usr/sbin/pgbouncer";
 pub(crate) enum PoolMode {
     /// A client keeps one server connection for its whole session.
     Session,
+    /// A client holds a server connection for one transaction at a time.
+    Transaction,
 }
 
 impl PoolMode {
     fn name(self) -> &'static str {
         match self {
             Self::Session => "session",
+            Self::Transaction => "transaction",
         }
     }
 }

@@ -32,6 +32,7 @@ mod ledger;
 mod method;
 mod record;
 mod status;
+mod unit_per_call;
 
 pub use caller::CallerFingerprint;
 pub use canonical::{RequestSchema, SchemaError};
@@ -48,3 +49,4 @@ pub use record::{
     RecordedFailure, Version,
 };
 pub use status::{ERROR_INFO_DOMAIN, ErrorReason, REPLAYED_METADATA_KEY};
+pub use unit_per_call::UnitPerCall;

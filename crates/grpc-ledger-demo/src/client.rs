@@ -7,13 +7,14 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use grpc_core_api::{IdempotencyKey, LedgerDurability};
+use grpc_core_api::{IdempotencyKey, LedgerDurability, LedgerUnitsOfWork};
+use grpc_operation_ledger_seaorm::SeaOrmUnitsOfWork;
 use grpc_policy::{
     GrpcRetryBudget, GrpcRetryOwner, GrpcRetryOwnershipValidator, GrpcServiceConfigPolicy,
     MethodCatalog, MethodClass, Severity,
 };
 use grpc_tonic::{IDEMPOTENCY_KEY_HEADER, Resolution, RetryExecutor, RetrySettings};
-use sea_orm::{ConnectionTrait, DatabaseConnection};
+use sea_orm::ConnectionTrait;
 use tokio::sync::Semaphore;
 use tonic::metadata::AsciiMetadataValue;
 use tonic::transport::Channel;
@@ -116,11 +117,12 @@ struct Acknowledged {
     payment_id: String,
 }
 
-/// Sends the workload to the server at `addr` and reconciles the result against `db`.
+/// Sends the workload to the server at `addr` and reconciles the result against the store of
+/// `units`.
 pub async fn run_client(
     addr: SocketAddr,
     options: &ClientOptions,
-    db: &DatabaseConnection,
+    units: &SeaOrmUnitsOfWork,
 ) -> Result<DemoReport> {
     let channel = Channel::from_shared(format!("http://{addr}"))?
         .connect()
@@ -180,7 +182,7 @@ pub async fn run_client(
     report.p99 = percentile(0.99);
     // The store may be restarting under a fault test; reconciliation waits for it.
     let mut tries = 0;
-    while let Err(error) = reconcile(db, &options.run_id, &acknowledged, &mut report).await {
+    while let Err(error) = reconcile(units, &options.run_id, &acknowledged, &mut report).await {
         tries += 1;
         if tries == 20 {
             return Err(error.context("reconciling from the database"));
@@ -271,21 +273,26 @@ async fn pay_once(
 
 /// Every acknowledged payment must exist exactly once with the id the client was told; no account
 /// of this run may have two payments.
+///
+/// It reads in a unit of work of the ledger's units, as every statement must behind a
+/// transaction pooler.
 async fn reconcile(
-    db: &DatabaseConnection,
+    units: &SeaOrmUnitsOfWork,
     run_id: &str,
     acknowledged: &[Acknowledged],
     report: &mut DemoReport,
 ) -> Result<()> {
     report.duplicates = 0;
     let pattern = format!("acct-{run_id}-%");
-    let rows = db
+    let txn = units.begin().await?;
+    let rows = txn
         .query_all_raw(statement(
-            db,
+            &txn,
             "SELECT payment_id, account FROM demo_payments WHERE account LIKE $1",
             vec![pattern.into()],
         ))
         .await?;
+    units.commit(txn).await?;
     let mut ids = HashSet::new();
     let mut accounts = HashSet::new();
     for row in &rows {

@@ -136,8 +136,13 @@ impl fmt::Display for DemoReport {
 pub enum Store {
     /// An embedded SQLite file (created if missing).
     Sqlite(std::path::PathBuf),
-    /// A database server's URL: PostgreSQL (`postgres://`), or MariaDB/MySQL (`mysql://`).
-    Postgres(String),
+    /// A database server: PostgreSQL (`postgres://`), or MariaDB/MySQL (`mysql://`).
+    Server {
+        /// Its URL.
+        url: String,
+        /// What stands between the demo and PostgreSQL.
+        pooler: grpc_operation_ledger_seaorm::Pooler,
+    },
 }
 
 /// The faults the server injects after commit.
@@ -161,19 +166,20 @@ pub async fn open_store(
         LedgerConfig, connect_mysql, connect_postgres, open_sqlite,
     };
 
-    let config = LedgerConfig {
+    let mut config = LedgerConfig {
         max_connections: 32,
         ..LedgerConfig::default()
     };
     let db = match store {
         Store::Sqlite(path) => open_sqlite(path, &config).await?,
-        Store::Postgres(url) => {
+        Store::Server { url, pooler } => {
+            config.pooler = *pooler;
             let db = if url.starts_with("mysql://") || url.starts_with("mariadb://") {
                 connect_mysql(&url.replacen("mariadb://", "mysql://", 1), &config).await?
             } else {
                 connect_postgres(url, &config).await?
             };
-            grpc_operation_ledger_seaorm::migrate(&db).await?;
+            grpc_operation_ledger_seaorm::migrate_with(&db, &config).await?;
             db
         }
     };
@@ -249,7 +255,8 @@ pub async fn run_demo(
     let server = tokio::spawn(serve(listener, service, async {
         let _ = stopped.await;
     }));
-    let report = run_client(addr, client, &db).await;
+    let units = grpc_operation_ledger_seaorm::SeaOrmUnitsOfWork::new(db.clone(), &config);
+    let report = run_client(addr, client, &units).await;
     let _ = stop.send(());
     server.await??;
     let mut report = report?;

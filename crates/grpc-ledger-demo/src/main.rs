@@ -8,6 +8,7 @@ use grpc_ledger_demo::{
     ClientOptions, FaultOptions, Faults, INJECTED_DELAY, Store, open_store, run_client, run_demo,
     serve, service,
 };
+use grpc_operation_ledger_seaorm::{Pooler, SeaOrmUnitsOfWork};
 
 /// Runs the payments service on a loopback port and a client that loses responses on purpose,
 /// then reconciles the payments table against what the client was told.
@@ -38,6 +39,11 @@ struct Args {
     /// database name).
     #[arg(long)]
     database_url: Option<String>,
+    /// The PostgreSQL at `--database-url` is reached through a pooler in transaction pooling
+    /// (PgBouncer's `pool_mode = transaction`): no statement is cached, and nothing runs
+    /// outside a transaction.
+    #[arg(long, requires = "database_url")]
+    transaction_pooler: bool,
     /// The SQLite file (default: a fresh file in the temporary directory, removed afterwards).
     #[arg(long)]
     sqlite: Option<std::path::PathBuf>,
@@ -64,7 +70,14 @@ async fn main() -> ExitCode {
     });
     let temporary = std::env::temp_dir().join(format!("grpc-ledger-demo-{run_id}.sqlite"));
     let store = match (&args.database_url, &args.sqlite) {
-        (Some(url), _) => Store::Postgres(url.clone()),
+        (Some(url), _) => Store::Server {
+            url: url.clone(),
+            pooler: if args.transaction_pooler {
+                Pooler::TransactionPooling
+            } else {
+                Pooler::None
+            },
+        },
         (None, Some(path)) => Store::Sqlite(path.clone()),
         (None, None) => Store::Sqlite(temporary.clone()),
     };
@@ -84,12 +97,16 @@ async fn main() -> ExitCode {
         "store: {}",
         match &store {
             Store::Sqlite(p) => format!("SQLite {}", p.display()),
-            Store::Postgres(url)
+            Store::Server { url, .. }
                 if url.starts_with("mysql://") || url.starts_with("mariadb://") =>
             {
                 "MariaDB/MySQL".to_owned()
             }
-            Store::Postgres(_) => "PostgreSQL".to_owned(),
+            Store::Server {
+                pooler: Pooler::TransactionPooling,
+                ..
+            } => "PostgreSQL through a transaction pooler".to_owned(),
+            Store::Server { .. } => "PostgreSQL".to_owned(),
         }
     );
     let outcome = match (args.serve, args.connect) {
@@ -152,8 +169,9 @@ async fn connect_only(
     addr: std::net::SocketAddr,
     client: &ClientOptions,
 ) -> anyhow::Result<grpc_ledger_demo::DemoReport> {
-    let (db, _) = open_store(store).await?;
-    let report = run_client(addr, client, &db).await?;
+    let (db, config) = open_store(store).await?;
+    let units = SeaOrmUnitsOfWork::new(db.clone(), &config);
+    let report = run_client(addr, client, &units).await?;
     db.close().await?;
     Ok(report)
 }

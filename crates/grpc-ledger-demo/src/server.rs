@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use grpc_core_api::{GrpcMethod, OutcomeReference};
+use grpc_core_api::{GrpcMethod, LedgerUnitsOfWork, OutcomeReference};
 use grpc_operation_ledger_seaorm::SeaOrmUnitsOfWork;
 use grpc_policy::{RandomSource, SplitMix64};
 use grpc_tonic::{AuthenticatedPrincipal, Committed, HandlerError, KeyedMutationGuard, Resolved};
@@ -248,9 +248,13 @@ impl Payments for PaymentsService {
             }
             Resolved::Committed(outcome) => {
                 answer.set_state(State::Committed);
-                answer.payment = load_payment(self.guard.units().connection(), outcome.as_str())
+                // In a unit of work, as every statement must be behind a transaction pooler.
+                let units = self.guard.units();
+                let txn = units.begin().await.map_err(Status::from)?;
+                answer.payment = load_payment(&txn, outcome.as_str())
                     .await
                     .map_err(|_| Status::unavailable("the payments store failed"))?;
+                units.commit(txn).await.map_err(Status::from)?;
             }
             Resolved::Failed(failure) => {
                 answer.set_state(State::Failed);

@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use grpc_ledger_demo::{ClientOptions, FaultOptions, Store, run_demo};
+use grpc_operation_ledger_seaorm::Pooler;
 
 fn client(run_id: &str) -> ClientOptions {
     ClientOptions {
@@ -58,9 +59,32 @@ async fn exactly_once_on_postgres_with_half_the_responses_lost() {
         panic!("DATABASE_URL is not set: run `cargo xtask test`, or `cargo xtask pg start` and export DATABASE_URL=$(cargo xtask pg url)")
     });
     let run_id = format!("pg{}", std::process::id());
-    let report = run_demo(&Store::Postgres(url), FAULTS, &client(&run_id))
-        .await
-        .unwrap();
+    let report = run_demo(
+        &Store::Server {
+            url,
+            pooler: Pooler::None,
+        },
+        FAULTS,
+        &client(&run_id),
+    )
+    .await
+    .unwrap();
+    assert_exactly_once(&report);
+}
+
+/// Through PgBouncer in transaction pooling (Debian's 1.18, which keeps no prepared statement), as
+/// `cargo xtask test` starts it in front of its PostgreSQL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn exactly_once_on_postgres_behind_a_transaction_pooler_with_half_the_responses_lost() {
+    let url = std::env::var("PGBOUNCER_TRANSACTION_URL").ok().filter(|u| !u.is_empty()).unwrap_or_else(|| {
+        panic!("PGBOUNCER_TRANSACTION_URL is not set: run `cargo xtask test`, which starts PgBouncer in transaction pooling in front of its PostgreSQL")
+    });
+    let run_id = format!("pgtx{}", std::process::id());
+    let store = Store::Server {
+        url,
+        pooler: Pooler::TransactionPooling,
+    };
+    let report = run_demo(&store, FAULTS, &client(&run_id)).await.unwrap();
     assert_exactly_once(&report);
 }
 
@@ -80,8 +104,15 @@ async fn exactly_once_on_mariadb_with_half_the_responses_lost() {
     .unwrap();
     let url = format!("{}/{database}", server.trim_end_matches('/'));
     let run_id = format!("maria{}", std::process::id());
-    let report = run_demo(&Store::Postgres(url), FAULTS, &client(&run_id))
-        .await
-        .unwrap();
+    let report = run_demo(
+        &Store::Server {
+            url,
+            pooler: Pooler::None,
+        },
+        FAULTS,
+        &client(&run_id),
+    )
+    .await
+    .unwrap();
     assert_exactly_once(&report);
 }

@@ -17,6 +17,33 @@ pub struct LedgerConfig {
     pub max_connections: u32,
     /// How long to wait for a free pooled connection before answering `Unavailable`.
     pub acquire_timeout: Duration,
+    /// What stands between the pool and PostgreSQL.
+    pub pooler: Pooler,
+}
+
+/// What stands between the ledger's pool and PostgreSQL, which decides how statements may be
+/// prepared.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Pooler {
+    /// Nothing, or a pooler that gives each client one server connection for its whole session
+    /// (PgBouncer's session pooling, or transaction pooling with `max_prepared_statements`, from
+    /// PgBouncer 1.21). Statements are prepared once per connection and cached.
+    #[default]
+    None,
+    /// A pooler that hands the server connection to another client at every transaction's end
+    /// (PgBouncer's transaction pooling, before 1.21 or without `max_prepared_statements`).
+    ///
+    /// The driver names every statement it prepares (`sqlx_s_1`, `sqlx_s_2`, … counted per
+    /// client connection), so two clients that meet on one server connection collide, and a
+    /// cached statement is missing on the next server connection. In this mode the pool caches
+    /// no statement, and every unit of work the adapter begins first drops the statements other
+    /// clients left on its server connection (`DEALLOCATE ALL`, which only this unit can see
+    /// while it holds the connection). And nothing may run outside a transaction: the driver
+    /// prepares in one round trip and executes in the next, between which the pooler may hand
+    /// the connection away. Use the ledger through [`SeaOrmUnitsOfWork`](crate::SeaOrmUnitsOfWork)
+    /// (the guard does), or `grpc_core_api::UnitPerCall` for calls that commit on their own;
+    /// apply migrations with [`migrate_with`](crate::migrate_with) and this configuration.
+    TransactionPooling,
 }
 
 impl Default for LedgerConfig {
@@ -25,6 +52,7 @@ impl Default for LedgerConfig {
             claim_wait: Duration::from_secs(2),
             max_connections: 16,
             acquire_timeout: Duration::from_secs(5),
+            pooler: Pooler::None,
         }
     }
 }
@@ -52,15 +80,19 @@ pub async fn open_sqlite(path: &Path, config: &LedgerConfig) -> Result<DatabaseC
 
 /// Connects a pool to PostgreSQL. It sets nothing on the connections themselves (no startup
 /// `options`): the claim's bounded wait travels with the claim statement, so the pool works
-/// directly and through a connection pooler (PgBouncer in session pooling; in transaction pooling
-/// only a pooler that keeps prepared statements, PgBouncer 1.21+ with `max_prepared_statements`,
-/// since sqlx prepares every statement it sends with arguments under a name). Does not apply
-/// migrations: a deployment applies them with [`migrate`](crate::migrate) when it chooses.
+/// directly and behind any pooler, as `config.pooler` says (see [`Pooler`]). Does not apply
+/// migrations: a deployment applies them with [`migrate_with`](crate::migrate_with) when it
+/// chooses.
 pub async fn connect_postgres(
     url: &str,
     config: &LedgerConfig,
 ) -> Result<DatabaseConnection, DbErr> {
-    connect_pool(url, config).await
+    let mut options = ConnectOptions::new(url.to_owned());
+    pool_options(&mut options, config);
+    if config.pooler == Pooler::TransactionPooling {
+        options.map_sqlx_postgres_opts(|postgres| postgres.statement_cache_capacity(0));
+    }
+    Database::connect(options).await
 }
 
 /// Connects a pool to MariaDB (10.5 or later, for `INSERT ... RETURNING`; MySQL lacks that and
@@ -68,11 +100,6 @@ pub async fn connect_postgres(
 /// on the connections: the claim's bounded wait travels with the claim statement
 /// (`SET STATEMENT max_statement_time`). Does not apply migrations.
 pub async fn connect_mysql(url: &str, config: &LedgerConfig) -> Result<DatabaseConnection, DbErr> {
-    connect_pool(url, config).await
-}
-
-/// A pool with the ledger's pool settings and nothing else.
-async fn connect_pool(url: &str, config: &LedgerConfig) -> Result<DatabaseConnection, DbErr> {
     let mut options = ConnectOptions::new(url.to_owned());
     pool_options(&mut options, config);
     Database::connect(options).await

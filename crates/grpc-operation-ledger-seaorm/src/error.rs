@@ -100,9 +100,9 @@ fn map_sqlstate(code: &str, phase: Phase) -> LedgerError {
         // statements are not where the driver left them, which is what a pooler that hands each
         // transaction another server connection does to them
         "42P05" | "26000" => LedgerError::internal(
-            "prepared statements were lost between transactions: a connection pooler in \
-             transaction mode must keep them (PgBouncer 1.21+ with max_prepared_statements), \
-             or use session pooling",
+            "prepared statements were lost between transactions: behind a pooler in \
+             transaction pooling, connect with LedgerConfig { pooler: \
+             Pooler::TransactionPooling } and run every statement in a unit of work",
         ),
         "23514" => LedgerError::internal("a ledger row violated a CHECK constraint"),
         // unique_violation cannot happen on a claim (ON CONFLICT DO NOTHING); anywhere else it
@@ -259,7 +259,7 @@ mod tests {
         let LedgerError::Internal { message } = map_sqlstate("42P05", Phase::Other) else {
             unreachable!("checked above");
         };
-        assert!(message.contains("max_prepared_statements"), "{message}");
+        assert!(message.contains("Pooler::TransactionPooling"), "{message}");
         assert_eq!(
             map_sqlstate("55P03", CLAIM),
             LedgerError::InFlight {

@@ -61,9 +61,11 @@ mod migration;
 mod sql;
 mod units;
 
-pub use connect::{LedgerConfig, connect_mysql, connect_postgres, open_sqlite};
+pub use connect::{LedgerConfig, Pooler, connect_mysql, connect_postgres, open_sqlite};
 pub use error::store_error;
 pub use ledger::{LedgerConnection, SeaOrmOperationLedger};
-pub use migration::{LEDGER_TABLE, LedgerMigrator, MIGRATIONS_TABLE, ledger_migrations, migrate};
+pub use migration::{
+    LEDGER_TABLE, LedgerMigrator, MIGRATIONS_TABLE, ledger_migrations, migrate, migrate_with,
+};
 pub use sql::statements;
 pub use units::SeaOrmUnitsOfWork;

@@ -55,9 +55,19 @@ pub fn ledger_migrations() -> Vec<Box<dyn MigrationTrait>> {
 /// new file at once, each setting WAL mode and migrating) tries again for up to
 /// 30 s: migrating is rare and worth waiting for, unlike a claim.
 pub async fn migrate(db: &sea_orm::DatabaseConnection) -> Result<(), DbErr> {
+    migrate_with(db, &crate::LedgerConfig::default()).await
+}
+
+/// [`migrate`] on a pool connected with `config`: behind a transaction pooler
+/// ([`Pooler::TransactionPooling`](crate::Pooler::TransactionPooling)) the migration's
+/// transaction first drops the statements other clients left on its server connection.
+pub async fn migrate_with(
+    db: &sea_orm::DatabaseConnection,
+    config: &crate::LedgerConfig,
+) -> Result<(), DbErr> {
     let started = std::time::Instant::now();
     loop {
-        match migrate_once(db).await {
+        match migrate_once(db, config.pooler).await {
             Err(error) if sqlite_busy(&error) && started.elapsed() < MIGRATION_PATIENCE => {
                 tokio::time::sleep(std::time::Duration::from_millis(25)).await;
             }
@@ -87,13 +97,16 @@ fn sqlite_busy(error: &DbErr) -> bool {
             .is_some_and(|code| matches!(code & 0xff, 5 | 6))
 }
 
-async fn migrate_once(db: &sea_orm::DatabaseConnection) -> Result<(), DbErr> {
-    use sea_orm::{SqliteTransactionMode, TransactionOptions, TransactionTrait};
+async fn migrate_once(
+    db: &sea_orm::DatabaseConnection,
+    pooler: crate::Pooler,
+) -> Result<(), DbErr> {
+    use sea_orm::{SqliteTransactionMode, TransactionOptions};
     let options = TransactionOptions {
         sqlite_transaction_mode: Some(SqliteTransactionMode::Immediate),
         ..TransactionOptions::default()
     };
-    let txn = db.begin_with_options(options).await?;
+    let txn = crate::units::begin_unit(db, options, pooler).await?;
     match txn.get_database_backend() {
         DbBackend::Postgres => {
             txn.execute_unprepared(&format!(

@@ -5,12 +5,12 @@ use std::time::Duration;
 use async_trait::async_trait;
 use grpc_core_api::{GrpcOperationLedger, LedgerDurability, LedgerError, LedgerUnitsOfWork};
 use sea_orm::{
-    DatabaseConnection, DatabaseTransaction, DbBackend, IsolationLevel, SqliteTransactionMode,
-    TransactionOptions, TransactionTrait,
+    ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbBackend, DbErr, IsolationLevel,
+    SqliteTransactionMode, TransactionOptions, TransactionTrait,
 };
 
 use crate::error::{Phase, map_db_err};
-use crate::{LedgerConfig, SeaOrmOperationLedger};
+use crate::{LedgerConfig, Pooler, SeaOrmOperationLedger};
 
 /// Begins SeaORM transactions on a pool and binds the ledger to each, so that a guard runs the
 /// claim, the handler's business writes (on the same `DatabaseTransaction`) and the transition
@@ -19,6 +19,7 @@ use crate::{LedgerConfig, SeaOrmOperationLedger};
 pub struct SeaOrmUnitsOfWork {
     db: DatabaseConnection,
     claim_wait: Duration,
+    pooler: Pooler,
 }
 
 impl SeaOrmUnitsOfWork {
@@ -28,6 +29,7 @@ impl SeaOrmUnitsOfWork {
         Self {
             db,
             claim_wait: config.claim_wait,
+            pooler: config.pooler,
         }
     }
 
@@ -57,8 +59,7 @@ impl LedgerUnitsOfWork for SeaOrmUnitsOfWork {
                 .then_some(IsolationLevel::ReadCommitted),
             ..TransactionOptions::default()
         };
-        self.db
-            .begin_with_options(options)
+        begin_unit(&self.db, options, self.pooler)
             .await
             .map_err(|e| map_db_err(e, Phase::Other))
     }
@@ -87,4 +88,25 @@ impl LedgerUnitsOfWork for SeaOrmUnitsOfWork {
     fn durability(&self) -> LedgerDurability {
         LedgerDurability::Durable
     }
+}
+
+/// Begins a transaction on `db` that statements may be prepared in behind `pooler`: behind a
+/// transaction pooler, whose server connection other clients used before, it first drops the
+/// statements they left there, so that a name this client's driver gives a statement cannot meet
+/// one of theirs (see [`Pooler::TransactionPooling`]). The pool caches no statement in that mode,
+/// so nothing of this client's is lost either.
+pub(crate) async fn begin_unit(
+    db: &DatabaseConnection,
+    options: TransactionOptions,
+    pooler: Pooler,
+) -> Result<DatabaseTransaction, DbErr> {
+    let transaction = db.begin_with_options(options).await?;
+    if pooler == Pooler::TransactionPooling && db.get_database_backend() == DbBackend::Postgres {
+        // The simple query protocol: one message, answered inside the transaction.
+        if let Err(error) = transaction.execute_unprepared("DEALLOCATE ALL").await {
+            let _ = transaction.rollback().await;
+            return Err(error);
+        }
+    }
+    Ok(transaction)
 }

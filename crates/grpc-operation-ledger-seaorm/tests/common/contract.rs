@@ -2,18 +2,18 @@
 //! database per case (see [`super::fresh`]), migrated by the real migrator, plus a business table.
 
 use async_trait::async_trait;
-use grpc_core_api::{GrpcOperationLedger, LedgerError, LedgerUnitsOfWork};
+use grpc_core_api::{GrpcOperationLedger, LedgerError, LedgerUnitsOfWork, UnitPerCall};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use grpc_ledger_contract_tests::{Capabilities, LedgerFixture, LedgerStore, RawRow, UnitOfWork};
 use grpc_operation_ledger_seaorm::{
     LedgerMigrator, SeaOrmOperationLedger, SeaOrmUnitsOfWork, connect_mysql, connect_postgres,
-    migrate, open_sqlite, store_error,
+    migrate, migrate_with, open_sqlite, store_error,
 };
 use sea_orm::{ConnectionTrait, Database, DatabaseTransaction, DbBackend, Statement};
 use sea_orm_migration::MigratorTrait;
 
-use super::{Store, TestDb, config, fresh};
+use super::{Store, TestDb, config, config_for, fresh};
 
 pub struct SeaOrmFixture {
     store: Store,
@@ -31,7 +31,7 @@ impl LedgerFixture for SeaOrmFixture {
 
     fn capabilities(&self) -> Capabilities {
         match self.store {
-            Store::Postgres => Capabilities {
+            Store::Postgres | Store::PostgresBehindTransactionPooler => Capabilities {
                 claim_wait: config().claim_wait,
                 concurrent_writers: true,
                 kill_connection: true,
@@ -71,7 +71,7 @@ impl LedgerFixture for SeaOrmFixture {
     async fn fresh_store(&self) -> SeaOrmStore {
         let test_db = fresh(self.store).await;
         test_db
-            .db
+            .direct
             .execute_unprepared(
                 "CREATE TABLE contract_business (business_key VARCHAR(255) NOT NULL)",
             )
@@ -86,7 +86,7 @@ impl LedgerFixture for SeaOrmFixture {
     /// A fresh store whose ledger migrations were reverted by the real migrator.
     async fn fresh_unmigrated_store(&self) -> SeaOrmStore {
         let store = self.fresh_store().await;
-        LedgerMigrator::down(&store.test_db.db, None)
+        LedgerMigrator::down(&store.test_db.direct, None)
             .await
             .expect("revert the ledger migrations");
         store
@@ -136,7 +136,7 @@ impl LedgerStore for SeaOrmStore {
             let (db, url) = &self.test_db.nodes[n];
             (db, url)
         };
-        let units = SeaOrmUnitsOfWork::new(db.clone(), &config());
+        let units = SeaOrmUnitsOfWork::new(db.clone(), &config_for(self.test_db.store));
         let txn = units.begin().await?;
         Ok(SeaOrmUnit {
             txn,
@@ -145,12 +145,21 @@ impl LedgerStore for SeaOrmStore {
         })
     }
 
+    /// Statements that commit on their own; behind a transaction pooler, each call in a unit of
+    /// work of its own (a statement outside a transaction is not safe there).
     fn autocommit(&self) -> Box<dyn GrpcOperationLedger + '_> {
+        let store = self.test_db.store;
+        if store == Store::PostgresBehindTransactionPooler {
+            return Box::new(UnitPerCall::new(SeaOrmUnitsOfWork::new(
+                self.test_db.db.clone(),
+                &config_for(store),
+            )));
+        }
         Box::new(SeaOrmOperationLedger::new(&self.test_db.db).with_claim_wait(config().claim_wait))
     }
 
     async fn business_rows(&self, key: &str) -> u64 {
-        let db = &self.test_db.db;
+        let db = &self.test_db.direct;
         let sql = format!(
             "SELECT COUNT(*) FROM contract_business WHERE business_key = {}",
             placeholder(db)
@@ -160,7 +169,7 @@ impl LedgerStore for SeaOrmStore {
 
     async fn ledger_rows(&self) -> u64 {
         count(
-            &self.test_db.db,
+            &self.test_db.direct,
             "SELECT COUNT(*) FROM grpc_operation_ledger",
             None,
         )
@@ -170,7 +179,7 @@ impl LedgerStore for SeaOrmStore {
     async fn write_raw_row(&self, row: RawRow<'_>) -> bool {
         static ROWS: AtomicU64 = AtomicU64::new(0);
         let n = ROWS.fetch_add(1, Ordering::Relaxed);
-        let db = &self.test_db.db;
+        let db = &self.test_db.direct;
         let sql = "INSERT INTO grpc_operation_ledger (caller_fingerprint, full_method_name, \
              idempotency_key_hash, request_fingerprint, state, version, claimed_at, \
              lease_expires_at, completed_at, outcome_reference, failure_code, failure_message) \
@@ -209,10 +218,13 @@ impl LedgerStore for SeaOrmStore {
                 let path = url.trim_start_matches("sqlite://");
                 open_sqlite(path.as_ref(), &config()).await.map(|_| ())
             }
-            Store::Postgres => match connect_postgres(url, &config()).await {
-                Ok(db) => migrate(&db).await,
-                Err(error) => Err(error),
-            },
+            Store::Postgres | Store::PostgresBehindTransactionPooler => {
+                let config = config_for(self.test_db.store);
+                match connect_postgres(url, &config).await {
+                    Ok(db) => migrate_with(&db, &config).await,
+                    Err(error) => Err(error),
+                }
+            }
             Store::MariaDb | Store::Galera => match connect_mysql(url, &config()).await {
                 Ok(db) => migrate(&db).await,
                 Err(error) => Err(error),

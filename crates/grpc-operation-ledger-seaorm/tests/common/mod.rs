@@ -13,7 +13,7 @@ use grpc_core_api::{
     CallerFingerprint, GrpcMethod, GrpcOperationIdentity, IdempotencyKey, KeyHasher, LeaseDuration,
 };
 use grpc_operation_ledger_seaorm::{
-    LedgerConfig, connect_mysql, connect_postgres, migrate, open_sqlite,
+    LedgerConfig, Pooler, connect_mysql, connect_postgres, migrate, open_sqlite,
 };
 use sea_orm::{ConnectionTrait, Database, DatabaseConnection};
 
@@ -21,6 +21,9 @@ use sea_orm::{ConnectionTrait, Database, DatabaseConnection};
 pub enum Store {
     Sqlite,
     Postgres,
+    /// The PostgreSQL of `DATABASE_URL` reached through PgBouncer in transaction pooling
+    /// (`PGBOUNCER_TRANSACTION_URL`); the tests' own bookkeeping goes to PostgreSQL directly.
+    PostgresBehindTransactionPooler,
     MariaDb,
     /// A three-node MariaDB Galera cluster (`GALERA_URLS`, comma-separated node URLs).
     Galera,
@@ -28,7 +31,11 @@ pub enum Store {
 
 /// One test's store; a SQLite file is deleted when it is dropped.
 pub struct TestDb {
+    /// The pool under test.
     pub db: DatabaseConnection,
+    /// A pool straight to the database, for the tests' own statements (`db` itself except behind
+    /// a transaction pooler, where a statement outside a transaction is not safe).
+    pub direct: DatabaseConnection,
     pub store: Store,
     pub url: String,
     /// On a cluster, every node's pool and URL (the first is `db`'s node); empty otherwise.
@@ -51,6 +58,29 @@ pub fn config() -> LedgerConfig {
         claim_wait: Duration::from_millis(500),
         max_connections: 40,
         acquire_timeout: Duration::from_secs(10),
+        pooler: Pooler::None,
+    }
+}
+
+/// The tests' configuration for `store`.
+pub fn config_for(store: Store) -> LedgerConfig {
+    match store {
+        Store::PostgresBehindTransactionPooler => LedgerConfig {
+            pooler: Pooler::TransactionPooling,
+            ..config()
+        },
+        _ => config(),
+    }
+}
+
+/// PgBouncer in transaction pooling in front of `DATABASE_URL`'s server, as `cargo xtask test`
+/// starts it; no silent skip either.
+pub fn transaction_pooler_url() -> String {
+    match std::env::var("PGBOUNCER_TRANSACTION_URL") {
+        Ok(url) if !url.is_empty() => url,
+        _ => panic!(
+            "PGBOUNCER_TRANSACTION_URL is not set: these tests need PgBouncer in transaction              pooling in front of DATABASE_URL's PostgreSQL; `cargo xtask test` starts one"
+        ),
     }
 }
 
@@ -127,6 +157,7 @@ pub async fn fresh(store: Store) -> TestDb {
             let file = std::env::temp_dir().join(format!("{name}.sqlite"));
             let db = open_sqlite(&file, &config()).await.expect("open SQLite");
             TestDb {
+                direct: db.clone(),
                 db,
                 store,
                 url: format!("sqlite://{}", file.display()),
@@ -143,7 +174,28 @@ pub async fn fresh(store: Store) -> TestDb {
                 .expect("connect PostgreSQL");
             migrate(&db).await.expect("apply the ledger migrations");
             TestDb {
+                direct: db.clone(),
                 db,
+                store,
+                url,
+                sqlite_file: None,
+                nodes: Vec::new(),
+            }
+        }
+        Store::PostgresBehindTransactionPooler => {
+            let admin_url = postgres_admin_url();
+            create_database(&admin_url, "DATABASE_URL", &name).await;
+            let direct = connect_postgres(&with_database(&admin_url, &name), &config())
+                .await
+                .expect("connect PostgreSQL");
+            migrate(&direct).await.expect("apply the ledger migrations");
+            let url = with_database(&transaction_pooler_url(), &name);
+            let db = connect_postgres(&url, &config_for(store))
+                .await
+                .expect("connect PostgreSQL through PgBouncer");
+            TestDb {
+                db,
+                direct,
                 store,
                 url,
                 sqlite_file: None,
@@ -159,6 +211,7 @@ pub async fn fresh(store: Store) -> TestDb {
                 .expect("connect MariaDB");
             migrate(&db).await.expect("apply the ledger migrations");
             TestDb {
+                direct: db.clone(),
                 db,
                 store,
                 url,
@@ -203,6 +256,7 @@ pub async fn fresh(store: Store) -> TestDb {
                 .expect("apply the ledger migrations");
             TestDb {
                 db: nodes[0].0.clone(),
+                direct: nodes[0].0.clone(),
                 store,
                 url: nodes[0].1.clone(),
                 sqlite_file: None,
