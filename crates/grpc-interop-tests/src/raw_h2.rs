@@ -27,11 +27,20 @@ pub enum Behaviour {
     Answer,
     /// Reads the request, then drops the whole connection without answering.
     DieMidCall,
+    /// UNAVAILABLE in a trailers-only response: the status is in the response headers, and no
+    /// part of a response was delivered.
+    UnavailableTrailersOnly,
+    /// Response headers first, then UNAVAILABLE in the trailers: the application began its
+    /// response, so A6 counts the call as committed.
+    UnavailableAfterHeaders,
 }
+
+/// What a raw server does with each stream, by its number.
+pub type Script = fn(u32) -> Behaviour;
 
 /// A raw HTTP/2 server on loopback; `script(n)` decides what happens to stream `n`. Returns its
 /// address and the number of streams it was offered.
-pub async fn raw_server(script: fn(u32) -> Behaviour) -> (SocketAddr, Arc<AtomicU32>) {
+pub async fn raw_server(script: Script) -> (SocketAddr, Arc<AtomicU32>) {
     let (listener, addr, streams, seen) = bind_loopback().await;
     tokio::spawn(async move {
         while let Ok((tcp, _)) = listener.accept().await {
@@ -70,7 +79,7 @@ pub fn die_mid_first_call(n: u32) -> Behaviour {
     }
 }
 
-async fn serve_connection(tcp: TcpStream, script: fn(u32) -> Behaviour, seen: Arc<AtomicU32>) {
+async fn serve_connection(tcp: TcpStream, script: Script, seen: Arc<AtomicU32>) {
     let Ok(mut connection) = h2::server::handshake(tcp).await else {
         return;
     };
@@ -92,6 +101,31 @@ async fn serve_connection(tcp: TcpStream, script: fn(u32) -> Behaviour, seen: Ar
                 trailers.insert("grpc-status", http::HeaderValue::from_static("0"));
                 let _ = body.send_trailers(trailers);
             }
+            Behaviour::UnavailableTrailersOnly => {
+                let response = http::Response::builder()
+                    .header("content-type", "application/grpc")
+                    .header("grpc-status", "14")
+                    .header("grpc-message", "refused before the application answered")
+                    .body(())
+                    .expect("a response head");
+                let _ = respond.send_response(response, true);
+            }
+            Behaviour::UnavailableAfterHeaders => {
+                let response = http::Response::builder()
+                    .header("content-type", "application/grpc")
+                    .body(())
+                    .expect("a response head");
+                let Ok(mut body) = respond.send_response(response, false) else {
+                    continue;
+                };
+                let mut trailers = HeaderMap::new();
+                trailers.insert("grpc-status", http::HeaderValue::from_static("14"));
+                trailers.insert(
+                    "grpc-message",
+                    http::HeaderValue::from_static("failed after the response began"),
+                );
+                let _ = body.send_trailers(trailers);
+            }
             Behaviour::DieMidCall => {
                 let mut body = request.into_body();
                 let _ = body.data().await;
@@ -107,7 +141,7 @@ async fn serve_connection(tcp: TcpStream, script: fn(u32) -> Behaviour, seen: Ar
 /// later connections are served by `then`. The first connection speaks HTTP/2 by hand (server
 /// SETTINGS at once, SETTINGS acknowledged, GOAWAY), so that any client, whether it waits for the
 /// server's SETTINGS (gRPC C-core) or not (hyper), gets there.
-pub async fn goaway_then(then: fn(u32) -> Behaviour) -> (SocketAddr, Arc<AtomicU32>) {
+pub async fn goaway_then(then: Script) -> (SocketAddr, Arc<AtomicU32>) {
     let (listener, addr, streams, seen) = bind_loopback().await;
     tokio::spawn(async move {
         let Ok((tcp, _)) = listener.accept().await else {

@@ -14,13 +14,13 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use grpc_core_api::{GrpcMethod, LedgerDurability};
-use grpc_interop_tests::raw_h2::{Behaviour, goaway_then, raw_server, refuse_first};
+use grpc_interop_tests::raw_h2::{Behaviour, Script, goaway_then, raw_server, refuse_first};
 use grpc_interop_tests::{Attempt, METHOD, ProbeServer, pb};
 use grpc_policy::{
     GrpcRetryBudget, GrpcRetryOwner, GrpcServiceConfigPolicy, MethodClass, RetryThrottling,
     ServiceConfig,
 };
-use grpc_tonic::{Resolution, RetryExecutor, RetrySettings};
+use grpc_tonic::{CommitObserver, Resolution, RetryExecutor, RetrySettings};
 use tonic::{Request, Status};
 
 /// What one client saw of one call, and what the server saw of it.
@@ -419,6 +419,29 @@ async fn a_stream_above_a_goaway_is_resent_transparently_by_both() {
     }
 }
 
+/// A6's commit point, in both: UNAVAILABLE after response headers is the call's answer (one
+/// attempt), the same status in a trailers-only response is retried up to maxAttempts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failure_after_response_headers_is_not_retried_by_either() {
+    let config = config_with(&retry_policy(3, "0.01s", r#""UNAVAILABLE""#), None);
+    let cases: [(&str, Script, u32); 2] = [
+        ("after headers", |_| Behaviour::UnavailableAfterHeaders, 1),
+        ("trailers-only", |_| Behaviour::UnavailableTrailersOnly, 3),
+    ];
+    for (case, script, expected_streams) in cases {
+        for client in ["grpcio", "executor"] {
+            let (addr, streams) = raw_server(script).await;
+            let code = one_call(client, addr, &config).await;
+            assert_eq!(code, "UNAVAILABLE", "{client}, {case}");
+            assert_eq!(
+                streams.load(Ordering::SeqCst),
+                expected_streams,
+                "{client}, {case}"
+            );
+        }
+    }
+}
+
 /// One call by `client` ("grpcio" or "executor") to a raw server; its final status name.
 async fn one_call(client: &str, addr: std::net::SocketAddr, config: &str) -> String {
     if client == "grpcio" {
@@ -444,7 +467,7 @@ async fn one_call(client: &str, addr: std::net::SocketAddr, config: &str) -> Str
     let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
         .unwrap()
         .connect_lazy();
-    let client = pb::probe_client::ProbeClient::new(channel);
+    let client = pb::probe_client::ProbeClient::new(CommitObserver::new(channel));
     let answer = executor
         .call(
             MethodClass::Idempotent,

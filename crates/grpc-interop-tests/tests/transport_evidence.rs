@@ -11,12 +11,14 @@ use std::time::Duration;
 
 use grpc_core_api::{IdempotencyKey, LedgerDurability};
 use grpc_interop_tests::raw_h2::{
-    Behaviour, Note, die_mid_first_call, goaway_then, raw_server, refuse_first,
+    Behaviour, Note, Script, die_mid_first_call, goaway_then, raw_server, refuse_first,
 };
 use grpc_policy::{
     CodeSet, GrpcRetryBudget, GrpcRetryOwner, MethodClass, RetryPolicy, RetryThrottling,
 };
-use grpc_tonic::{Resolution, RetryExecutor, RetrySettings, TransportFailure, transport_failure};
+use grpc_tonic::{
+    CommitObserver, Resolution, RetryExecutor, RetrySettings, TransportFailure, transport_failure,
+};
 use http::uri::PathAndQuery;
 use tonic::{Code, Request, Response, Status};
 
@@ -28,11 +30,13 @@ async fn call(addr: SocketAddr) -> Result<Response<Note>, Status> {
     unary(channel, Request::new(Note { text: "hi".into() })).await
 }
 
+/// One unary call on `channel`, wrapped as the executor's users wrap it (so that it sees A6's
+/// commit point).
 async fn unary(
     channel: tonic::transport::Channel,
     request: Request<Note>,
 ) -> Result<Response<Note>, Status> {
-    let mut grpc = tonic::client::Grpc::new(channel);
+    let mut grpc = tonic::client::Grpc::new(CommitObserver::new(channel));
     grpc.ready()
         .await
         .map_err(|e| Status::unavailable(e.to_string()))?;
@@ -205,4 +209,43 @@ async fn a_keyed_mutation_cut_off_by_a_dead_server_is_resolved_first() {
     assert_eq!(answer.get_ref(), &Note::default());
     assert_eq!(streams.load(Ordering::SeqCst), 2);
     assert_eq!(executor.stats().resolved_first.load(Ordering::SeqCst), 1);
+}
+
+/// A6's commit point: UNAVAILABLE in the trailers after response headers is the call's answer and
+/// is not retried (the application began answering), while the same status in a trailers-only
+/// response is retried as the policy says.
+#[tokio::test]
+async fn a_failure_after_response_headers_is_committed_and_never_retried() {
+    let cases: [(&str, Script, u32); 2] = [
+        ("after headers", |_| Behaviour::UnavailableAfterHeaders, 1),
+        ("trailers-only", |_| Behaviour::UnavailableTrailersOnly, 3),
+    ];
+    for (case, script, expected_streams) in cases {
+        let (addr, streams) = raw_server(script).await;
+        let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+            .unwrap()
+            .connect_lazy();
+        let executor = executor(&[Code::Unavailable]);
+        let status = executor
+            .call(
+                MethodClass::Idempotent,
+                Note {
+                    text: "read".into(),
+                },
+                None,
+                None,
+                |request| unary(channel.clone(), request),
+                || async { panic!("nothing to resolve") },
+            )
+            .await
+            .unwrap_err();
+        assert_eq!(status.code(), Code::Unavailable);
+        assert_eq!(streams.load(Ordering::SeqCst), expected_streams, "{case}");
+        let committed = executor
+            .stats()
+            .refusals()
+            .get(&grpc_policy::RefusalReason::PrefixDelivered)
+            .copied();
+        assert_eq!(committed, (expected_streams == 1).then_some(1), "{case}");
+    }
 }

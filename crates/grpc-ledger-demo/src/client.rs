@@ -13,7 +13,9 @@ use grpc_policy::{
     GrpcRetryBudget, GrpcRetryOwner, GrpcRetryOwnershipValidator, GrpcServiceConfigPolicy,
     MethodCatalog, MethodClass, Severity,
 };
-use grpc_tonic::{IDEMPOTENCY_KEY_HEADER, Resolution, RetryExecutor, RetrySettings};
+use grpc_tonic::{
+    CommitObserver, IDEMPOTENCY_KEY_HEADER, Resolution, RetryExecutor, RetrySettings,
+};
 use sea_orm::ConnectionTrait;
 use tokio::sync::Semaphore;
 use tonic::metadata::AsciiMetadataValue;
@@ -43,9 +45,10 @@ pub struct ClientOptions {
     pub progress: bool,
 }
 
+/// The generated client over a channel the executor can see A6's commit point through.
 type Client = PaymentsClient<
     tonic::service::interceptor::InterceptedService<
-        Channel,
+        CommitObserver<Channel>,
         fn(Request<()>) -> Result<Request<()>, Status>,
     >,
 >;
@@ -127,7 +130,8 @@ pub async fn run_client(
     let channel = Channel::from_shared(format!("http://{addr}"))?
         .connect()
         .await?;
-    let client: Client = PaymentsClient::with_interceptor(channel, with_token as fn(_) -> _);
+    let client: Client =
+        PaymentsClient::with_interceptor(CommitObserver::new(channel), with_token as fn(_) -> _);
     let (settings, budget) = retry_settings()?;
     let executor = Arc::new(RetryExecutor::new(settings, budget));
     let gate = Arc::new(Semaphore::new(options.concurrency.max(1)));

@@ -16,6 +16,7 @@ use tonic::metadata::{AsciiMetadataValue, MetadataValue};
 use tonic::{Code, Request, Response, Status};
 
 use crate::IDEMPOTENCY_KEY_HEADER;
+use crate::commit::AttemptProgress;
 use crate::transport::{TransportFailure, classify};
 
 /// What became of an operation whose outcome was unknown, as the user's resolver found out.
@@ -173,8 +174,13 @@ impl RetryExecutor {
     /// server application is resent whatever the method, without a budget token and without
     /// counting toward `maxAttempts`: up to 5 times (10 ms apart, within the deadline) when it
     /// never left the process (no connection, dropped unsent), once when the server refused it
-    /// before its application saw it (REFUSED_STREAM, above a GOAWAY's last stream). A connection that broke after the request was sent
-    /// is UNAVAILABLE with an unknown outcome, as grpc-go and gRPC C-core report it.
+    /// before its application saw it (REFUSED_STREAM, above a GOAWAY's last stream). A
+    /// connection that broke after the request was sent is UNAVAILABLE with an unknown outcome,
+    /// as grpc-go and gRPC C-core report it.
+    ///
+    /// An attempt whose response headers arrived before it failed (A6's commit point) is the
+    /// call's answer and is never retried, when the calls go through a channel wrapped in a
+    /// [`CommitObserver`](crate::CommitObserver); without one the executor cannot see headers.
     pub async fn call<M, R, C, CF, S, SF>(
         &self,
         class: MethodClass,
@@ -233,6 +239,9 @@ impl RetryExecutor {
                 // Tells the server (grpc-timeout); the timer below bounds the whole attempt.
                 request.set_timeout(limit);
             }
+            // A CommitObserver around the channel marks it when the response headers arrive.
+            let progress = AttemptProgress::default();
+            request.extensions_mut().insert(progress.clone());
             self.stats.attempts.fetch_add(1, Ordering::Relaxed);
             let (answer, timed_out) = within(attempt_limit, call(request)).await;
             let status = match answer {
@@ -245,6 +254,9 @@ impl RetryExecutor {
                 }
                 Err(status) => status,
             };
+            // A6's commit point: once response headers arrived, the attempt reached the
+            // application and is the call's answer, whatever broke after.
+            let committed = progress.committed();
             let failure = classify(&status);
             let deadline_passed = call_deadline.is_some_and(|d| Instant::now() >= d);
             let status = deadline_status(status, timed_out);
@@ -260,6 +272,7 @@ impl RetryExecutor {
             // times (bounded here, and by the deadline); one the server refused before its
             // application saw it, once.
             let transparent = !deadline_passed
+                && !committed
                 && match failure {
                     TransportFailure::NeverLeftClient => unsent_resends < MAX_UNSENT_RESENDS,
                     TransportFailure::NotProcessed => !refused_resent,
@@ -311,7 +324,11 @@ impl RetryExecutor {
             let facts = AttemptFacts {
                 owner: self.settings.owner,
                 class,
-                evidence: Evidence::Sent,
+                evidence: if committed {
+                    Evidence::PrefixDelivered
+                } else {
+                    Evidence::Sent
+                },
                 code,
                 retryable,
                 has_key: key.is_some(),

@@ -9,6 +9,7 @@
 //!   outcome is unknown before resending it. Every decision is a `tracing` event with its reason.
 
 mod caller;
+mod commit;
 mod executor;
 mod guard;
 mod transport;
@@ -17,6 +18,7 @@ pub use caller::{
     AuthenticatedPrincipal, AuthenticatedPrincipalExtractor, CallerExtractor,
     ClientAssertedHeaderExtractor,
 };
+pub use commit::{CommitObserver, CommitObserverLayer};
 pub use executor::{ExecutorStats, Resolution, RetryExecutor, RetrySettings};
 pub use guard::{Committed, GuardConfig, HandlerError, KeyedMutationGuard, Resolved};
 pub use transport::{TransportFailure, classify as transport_failure};
