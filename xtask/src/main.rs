@@ -139,6 +139,17 @@ fn test() -> Result<()> {
         let pooled = through_pooler(database.url(), &interrupted)?;
         Ok(output + &pooled)
     });
+    // The transport-evidence pins against a tonic built as a client only: a build of its own,
+    // since within the workspace's build cargo unifies tonic's `server` feature back in.
+    let pooled = pooled.and_then(|output| {
+        let client_only = cmd::cargo_tee(
+            &["test", "--package", "grpc-tonic-client-only"],
+            &[],
+            &interrupted,
+        )
+        .context("the transport pins against a client-only tonic")?;
+        Ok(output + &client_only)
+    });
     // The servers are stopped here, before the result is reported, whatever the tests did.
     drop(transaction_pooler);
     drop(database);

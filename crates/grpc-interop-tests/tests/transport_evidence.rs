@@ -3,6 +3,9 @@
 //! refused connection never reached the server application; a server that dies mid-call leaves
 //! the outcome unknown. A tonic, hyper or h2 upgrade that changes these shapes fails here, before
 //! it silently changes what the executor retries.
+//!
+//! `grpc-tonic-client-only` compiles this file again against a tonic built without its `server`
+//! feature, where tonic reports some of these failures with other codes.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -10,9 +13,12 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use grpc_core_api::{IdempotencyKey, LedgerDurability};
-use grpc_interop_tests::raw_h2::{
-    Behaviour, Note, Script, die_mid_first_call, goaway_then, raw_server, refuse_first,
-};
+// By path rather than through the crate, so that grpc-tonic-client-only compiles this file
+// against a client-only tonic without the probe server's dependencies.
+#[path = "../src/raw_h2.rs"]
+#[allow(unreachable_pub)]
+mod raw_h2;
+
 use grpc_policy::{
     CodeSet, GrpcRetryBudget, GrpcRetryOwner, MethodClass, RetryPolicy, RetryThrottling,
 };
@@ -20,6 +26,7 @@ use grpc_tonic::{
     CommitObserver, Resolution, RetryExecutor, RetrySettings, TransportFailure, transport_failure,
 };
 use http::uri::PathAndQuery;
+use raw_h2::{Behaviour, Note, Script, die_mid_first_call, goaway_then, raw_server, refuse_first};
 use tonic::{Code, Request, Response, Status};
 
 /// One unary call on a real tonic Channel.
@@ -60,6 +67,14 @@ fn chain_has<E: std::error::Error + 'static>(status: &Status, check: impl Fn(&E)
     false
 }
 
+/// Whether this file was compiled against a client-only tonic (by grpc-tonic-client-only).
+fn client_only_tonic() -> bool {
+    env!("CARGO_PKG_NAME") == "grpc-tonic-client-only"
+}
+
+/// The code differs by tonic's features: with `server`, tonic maps the h2 reason
+/// (REFUSED_STREAM is UNAVAILABLE); a client-only tonic does not, and says UNKNOWN. The evidence,
+/// read from the error chain, is the same in both, which is why the executor reads the chain.
 #[tokio::test]
 async fn a_refused_stream_never_reached_the_application() {
     let (addr, _) = raw_server(|_| Behaviour::Refuse).await;
@@ -70,7 +85,12 @@ async fn a_refused_stream_never_reached_the_application() {
             && e.reason() == Some(h2::Reason::REFUSED_STREAM)),
         "the shape changed: {status:?}"
     );
-    assert_eq!(status.code(), Code::Unavailable);
+    let expected = if client_only_tonic() {
+        Code::Unknown
+    } else {
+        Code::Unavailable
+    };
+    assert_eq!(status.code(), expected);
     assert_eq!(transport_failure(&status), TransportFailure::NotProcessed);
 }
 
@@ -174,6 +194,32 @@ async fn the_executor_resends_a_refused_stream_once_transparently_whatever_the_m
         0,
         "not a policy retry"
     );
+}
+
+/// A stream refused again after its transparent resend reaches the caller as UNAVAILABLE, as
+/// gRPC's own clients report it, whatever code tonic gave it (which depends on tonic's features).
+#[tokio::test]
+async fn the_executor_reports_a_refused_stream_as_unavailable() {
+    let (addr, streams) = raw_server(|_| Behaviour::Refuse).await;
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect_lazy();
+    let executor = executor(&[Code::Aborted]);
+    let status = executor
+        .call(
+            MethodClass::Idempotent,
+            Note {
+                text: "read".into(),
+            },
+            None,
+            None,
+            |request| unary(channel.clone(), request),
+            || async { panic!("nothing to resolve") },
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::Unavailable, "{status:?}");
+    assert_eq!(streams.load(Ordering::SeqCst), 2, "one transparent resend");
 }
 
 /// A keyed mutation whose server died mid-call has an unknown outcome: the executor asks what
