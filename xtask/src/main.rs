@@ -144,7 +144,7 @@ fn test() -> Result<()> {
     let pooled = pooled.and_then(|output| {
         let client_only = cmd::cargo_tee(
             &["test", "--package", "grpc-tonic-client-only"],
-            &[],
+            &[("EXPECT_CLIENT_ONLY_TONIC", "1")],
             &interrupted,
         )
         .context("the transport pins against a client-only tonic")?;
