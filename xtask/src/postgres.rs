@@ -2,12 +2,15 @@
 //!
 //! Where it comes from, first match wins:
 //! 1. `DATABASE_URL` when set: used as it is, nothing is started or stopped.
-//! 2. A Docker engine that answers `docker info`: a throwaway `postgres:15` container on a loopback
-//!    port, removed afterwards.
-//! 3. The machine's PostgreSQL binaries (Debian's `postgresql-15`; installed with apt-get when
+//! 2. The machine's PostgreSQL binaries (Debian's `postgresql-15`; installed with apt-get when
 //!    missing and running as root): a throwaway cluster in a temporary directory on a free loopback
 //!    port, run as an unprivileged system user when this process is root (PostgreSQL refuses to
 //!    run as root), stopped and removed on drop.
+//!
+//! A container is not one of the ways: the tests here also need MariaDB, Galera and PgBouncer
+//! from the same packages. An adapter author without them runs the contract suite against a
+//! container through `grpc_ledger_contract_tests::servers` (testcontainers, feature
+//! `containers`).
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -44,7 +47,6 @@ const DURABLE_SETTINGS: &[(&str, &str)] = &[
 /// The database the tests run against; dropping it stops and removes whatever was started.
 pub(crate) enum TestDatabase {
     External(String),
-    Container(Container),
     Cluster(Cluster),
 }
 
@@ -52,7 +54,6 @@ impl TestDatabase {
     pub(crate) fn url(&self) -> &str {
         match self {
             Self::External(url) => url,
-            Self::Container(container) => &container.url,
             Self::Cluster(cluster) => &cluster.url,
         }
     }
@@ -105,10 +106,6 @@ pub(crate) fn for_tests() -> Result<TestDatabase> {
         eprintln!("xtask: DATABASE_URL is set; using it and starting nothing");
         return Ok(TestDatabase::External(url));
     }
-    if docker_answers() {
-        eprintln!("xtask: a Docker engine answers; starting a postgres:15 container");
-        return Container::start().map(TestDatabase::Container);
-    }
     let root = fresh_temp_dir()?;
     Cluster::start(root, TEST_SETTINGS, true).map(TestDatabase::Cluster)
 }
@@ -123,71 +120,6 @@ fn redact(url: &str) -> String {
             }
         }
         _ => url.to_owned(),
-    }
-}
-
-fn docker_answers() -> bool {
-    // `docker info` talks to the engine; the client alone (as on these machines) fails quickly.
-    Command::new("docker")
-        .args(["info", "--format", "{{.ServerVersion}}"])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .status()
-        .map(|status| status.success())
-        .unwrap_or(false)
-}
-
-/// A `postgres:15` container on a loopback port, removed on drop.
-pub(crate) struct Container {
-    id: String,
-    url: String,
-}
-
-impl Container {
-    fn start() -> Result<Self> {
-        let id = cmd::output(Command::new("docker").args([
-            "run",
-            "--detach",
-            "--rm",
-            "--publish",
-            "127.0.0.1::5432",
-            "--env",
-            "POSTGRES_HOST_AUTH_METHOD=trust",
-            "postgres:15",
-            "-c",
-            "max_connections=400",
-        ]))?
-        .trim()
-        .to_owned();
-        let port = cmd::output(Command::new("docker").args(["port", &id, "5432/tcp"]))?;
-        let port = port
-            .lines()
-            .next()
-            .and_then(|line| line.rsplit(':').next())
-            .context("docker port printed no port")?
-            .trim()
-            .to_owned();
-        let container = Self {
-            url: format!("postgres://postgres@127.0.0.1:{port}/postgres"),
-            id,
-        };
-        wait_until(Duration::from_secs(60), || {
-            Command::new("docker")
-                .args(["exec", &container.id, "pg_isready", "-U", "postgres"])
-                .output()
-                .map(|out| out.status.success())
-                .unwrap_or(false)
-        })
-        .context("the postgres container did not become ready")?;
-        Ok(container)
-    }
-}
-
-impl Drop for Container {
-    fn drop(&mut self) {
-        let _ = Command::new("docker")
-            .args(["rm", "--force", &self.id])
-            .output();
     }
 }
 

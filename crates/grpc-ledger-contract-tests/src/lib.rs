@@ -34,6 +34,8 @@
 pub mod cases;
 mod fixture;
 mod in_memory;
+#[cfg(feature = "containers")]
+pub mod servers;
 
 pub use cases::{CASES, CaseOutcome, SuiteReport, not_applicable, run_all, run_report};
 pub use fixture::{Capabilities, LedgerFixture, LedgerStore, RawRow, UnitOfWork};
