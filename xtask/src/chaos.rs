@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 
+use crate::galera::Galera;
 use crate::postgres::{self, Cluster};
 use crate::{cmd, pgbouncer};
 
@@ -22,12 +23,7 @@ struct Summary {
 }
 
 pub(crate) fn chaos(quick: bool, interrupted: &AtomicBool) -> Result<()> {
-    cmd::cargo(
-        &["build", "--package", "grpc-ledger-demo"],
-        &[],
-        interrupted,
-    )?;
-    let demo = cmd::target_dir()?.join("debug").join("grpc-ledger-demo");
+    let demo = build_demo(interrupted)?;
     let cluster = postgres::cluster_for_chaos()?;
     let payments = if quick { 1000 } else { 4000 };
     let rounds = if quick { 1 } else { 4 };
@@ -85,10 +81,27 @@ pub(crate) fn chaos(quick: bool, interrupted: &AtomicBool) -> Result<()> {
     )?);
     let (failover, orphans_after_failover) = failover(&demo, payments, interrupted)?;
     summaries.push(failover);
+    summaries.extend(galera_scenarios(&demo, payments, interrupted)?);
 
+    let mut failed = print_summaries(&summaries);
+    let orphans = cluster.psql(ORPHANS)?;
+    println!(
+        "IN_PROGRESS rows without a live lease: {orphans} (and {orphans_after_failover} on the promoted standby)"
+    );
+    if orphans != "0" || orphans_after_failover != "0" {
+        failed.push("orphaned claims");
+    }
+    if !failed.is_empty() {
+        bail!("chaos found duplicates or losses in: {}", failed.join(", "));
+    }
+    Ok(())
+}
+
+/// Prints one line per scenario; returns the scenarios whose demo did not reconcile.
+fn print_summaries(summaries: &[Summary]) -> Vec<&'static str> {
     println!("\n{:<30} {:>7}  demo report", "scenario", "faults");
     let mut failed = Vec::new();
-    for summary in &summaries {
+    for summary in summaries {
         let compact: Vec<String> = summary
             .report
             .lines()
@@ -120,17 +133,28 @@ pub(crate) fn chaos(quick: bool, interrupted: &AtomicBool) -> Result<()> {
             failed.push(summary.scenario);
         }
     }
-    let orphans = cluster.psql(ORPHANS)?;
-    println!(
-        "IN_PROGRESS rows without a live lease: {orphans} (and {orphans_after_failover} on the promoted standby)"
-    );
-    if orphans != "0" || orphans_after_failover != "0" {
-        failed.push("orphaned claims");
-    }
+    failed
+}
+
+/// `cargo xtask galera chaos`: only the Galera scenarios of the chaos run.
+pub(crate) fn galera_only(quick: bool, interrupted: &AtomicBool) -> Result<()> {
+    let demo = build_demo(interrupted)?;
+    let summaries = galera_scenarios(&demo, if quick { 1000 } else { 4000 }, interrupted)?;
+    let failed = print_summaries(&summaries);
     if !failed.is_empty() {
         bail!("chaos found duplicates or losses in: {}", failed.join(", "));
     }
     Ok(())
+}
+
+/// Builds the demo; its binary's path.
+fn build_demo(interrupted: &AtomicBool) -> Result<std::path::PathBuf> {
+    cmd::cargo(
+        &["build", "--package", "grpc-ledger-demo"],
+        &[],
+        interrupted,
+    )?;
+    Ok(cmd::target_dir()?.join("debug").join("grpc-ledger-demo"))
 }
 
 fn demo_command(demo: &Path, cluster: &Cluster, payments: u32, run_id: &str) -> Command {
@@ -376,6 +400,124 @@ fn failover(demo: &Path, payments: u32, interrupted: &AtomicBool) -> Result<(Sum
         },
         orphans,
     ))
+}
+
+/// The demo on a three-node Galera cluster: first with its server on node 1 while node 3 is
+/// killed and rejoins; then through a TCP proxy (a load balancer's part) to node 1, which is
+/// killed, the proxy failing over to node 2, and node 1 later rejoining. After each, every node
+/// must hold the same payments, and no claim may be left in progress without a live lease.
+fn galera_scenarios(demo: &Path, payments: u32, interrupted: &AtomicBool) -> Result<Vec<Summary>> {
+    let started = Instant::now();
+    let mut cluster = Galera::start().context("starting a Galera cluster")?;
+    eprintln!(
+        "xtask: chaos on a three-node Galera cluster (synced in {:.1} s)",
+        started.elapsed().as_secs_f64()
+    );
+    cluster.sql(0, "CREATE DATABASE demo")?;
+    let mut summaries = Vec::new();
+
+    eprintln!("xtask: chaos scenario: galera, another node killed and rejoined");
+    let run_id = format!("galerarejoin{}", std::process::id());
+    let child = demo_command_at(demo, &cluster.url(0, "demo"), payments, &run_id)
+        .stdout(Stdio::piped())
+        .spawn()
+        .context("starting the demo")?;
+    let mut tick = 0;
+    let report = wait_with(child, interrupted, || {
+        tick += 1;
+        match tick {
+            5 => cluster.kill_node(2),
+            30 => cluster.restart_node(2),
+            _ => Ok(()),
+        }
+    })?;
+    if !cluster.is_running(2) {
+        cluster.restart_node(2)?;
+    }
+    same_payments_on_every_node(&cluster, &run_id, &report)?;
+    summaries.push(Summary {
+        scenario: "galera, node killed, rejoined",
+        faults: 1,
+        report,
+    });
+
+    eprintln!("xtask: chaos scenario: galera, the server's node killed, failover");
+    let proxy = proxy::Proxy::start(cluster.port(0))?;
+    let through_proxy = format!(
+        "mysql://{}@127.0.0.1:{}/demo",
+        format_args!("{}:{}", crate::mariadb::USER, crate::mariadb::PASSWORD),
+        proxy.port()
+    );
+    let run_id = format!("galerafailover{}", std::process::id());
+    let child = demo_command_at(demo, &through_proxy, payments, &run_id)
+        .stdout(Stdio::piped())
+        .spawn()
+        .context("starting the demo")?;
+    let mut tick = 0;
+    let report = wait_with(child, interrupted, || {
+        tick += 1;
+        match tick {
+            5 => {
+                cluster.kill_node(0)?;
+                proxy.switch_to(cluster.port(1));
+                Ok(())
+            }
+            30 => cluster.restart_node(0),
+            _ => Ok(()),
+        }
+    })?;
+    if !cluster.is_running(0) {
+        cluster.restart_node(0)?;
+    }
+    same_payments_on_every_node(&cluster, &run_id, &report)?;
+    summaries.push(Summary {
+        scenario: "galera, failover",
+        faults: 1,
+        report,
+    });
+    Ok(summaries)
+}
+
+/// Every node of `cluster` holds the payments of run `run_id` the demo reported, each once, and
+/// no claim in progress whose lease has expired.
+fn same_payments_on_every_node(cluster: &Galera, run_id: &str, report: &str) -> Result<()> {
+    let reported = report
+        .lines()
+        .find_map(|line| line.strip_prefix("payments rows"))
+        .map(str::trim)
+        .context("the demo reported no payment rows")?;
+    for n in 0..cluster.len() {
+        let counts = cluster.sql(
+            n,
+            &format!(
+                "SELECT COUNT(*), COUNT(DISTINCT account) FROM demo.demo_payments \
+                 WHERE account LIKE 'acct-{run_id}-%'"
+            ),
+        )?;
+        let expected = format!("{reported}\t{reported}");
+        if counts.trim() != expected {
+            bail!(
+                "node {} holds {counts:?} payments and accounts of {run_id}, the demo reported {reported}",
+                n + 1
+            );
+        }
+        let orphans = cluster.sql(
+            n,
+            "SELECT COUNT(*) FROM demo.grpc_operation_ledger WHERE state = 'IN_PROGRESS' \
+             AND lease_expires_at < TIMESTAMPDIFF(MICROSECOND, '1970-01-01', UTC_TIMESTAMP(6)) DIV 1000",
+        )?;
+        if orphans.trim() != "0" {
+            bail!(
+                "node {} has {} claims in progress without a live lease",
+                n + 1,
+                orphans.trim()
+            );
+        }
+    }
+    eprintln!(
+        "xtask: every node holds the {reported} payments of {run_id}, none twice, no orphaned claim"
+    );
+    Ok(())
 }
 
 mod proxy {

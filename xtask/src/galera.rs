@@ -87,7 +87,9 @@ impl Galera {
                  wsrep_cluster_name=grpc_ledger\nwsrep_cluster_address={cluster_address}\n\
                  wsrep_node_address=127.0.0.1:{group_port}\n\
                  wsrep_provider_options=\"gmcast.listen_addr=tcp://127.0.0.1:{group_port};\
-                 ist.recv_addr=127.0.0.1:{ist};gcache.size=64M\"\n\
+                 ist.recv_addr=127.0.0.1:{ist};gcache.size=64M;\
+                 evs.suspect_timeout=PT2S;evs.inactive_timeout=PT3S;\
+                 evs.inactive_check_period=PT0.5S;evs.keepalive_period=PT0.5S\"\n\
                  wsrep_sst_receive_address=127.0.0.1:{sst}\nwsrep_sst_method=rsync\n",
                 data = path_str(&dir.join("data"))?,
                 dir = path_str(&dir)?,
@@ -173,7 +175,44 @@ impl Galera {
         Ok(())
     }
 
-    fn sql(&self, n: usize, statement: &str) -> Result<String> {
+    /// Kills node `n`'s server with SIGKILL, as a crash or an out-of-memory kill would.
+    pub(crate) fn kill_node(&mut self, n: usize) -> Result<()> {
+        let node = &mut self.nodes[n];
+        let pid = std::fs::read_to_string(node.dir.join("mariadb.pid"))
+            .with_context(|| format!("node {}'s pid file", n + 1))?;
+        cmd::output(Command::new("kill").args(["-KILL", pid.trim()]))?;
+        if let Some(mut child) = node.child.take() {
+            child.wait()?;
+        }
+        Ok(())
+    }
+
+    /// Starts node `n` again after [`kill_node`](Self::kill_node): it recovers its position and
+    /// rejoins the cluster by state transfer; returns once it is synced.
+    pub(crate) fn restart_node(&mut self, n: usize) -> Result<()> {
+        self.start_node(n, false)
+    }
+
+    /// Whether node `n`'s server runs (it was not killed, or was restarted).
+    pub(crate) fn is_running(&self, n: usize) -> bool {
+        self.nodes[n].child.is_some()
+    }
+
+    /// Node `n`'s client port.
+    pub(crate) fn port(&self, n: usize) -> u16 {
+        self.nodes[n].port
+    }
+
+    /// Node `n`'s URL for `database`.
+    pub(crate) fn url(&self, n: usize, database: &str) -> String {
+        format!(
+            "mysql://{USER}:{PASSWORD}@127.0.0.1:{}/{database}",
+            self.nodes[n].port
+        )
+    }
+
+    /// Runs `statement` on node `n` with the command-line client; its tab-separated output.
+    pub(crate) fn sql(&self, n: usize, statement: &str) -> Result<String> {
         let node = &self.nodes[n];
         cmd::output(
             as_user(self.run_as, CLIENT)
@@ -186,6 +225,11 @@ impl Galera {
                 .arg(format!("--user={}", self.user))
                 .args(["-N", "-e", statement]),
         )
+    }
+
+    /// The number of nodes.
+    pub(crate) fn len(&self) -> usize {
+        self.nodes.len()
     }
 
     /// The nodes' URLs (`mysql://user:password@127.0.0.1:PORT`), comma-separated.

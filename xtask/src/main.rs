@@ -40,6 +40,10 @@ tasks:
                     the same for a development MariaDB (Debian's mariadb-server)
   galera test       the ledger's contract suite on a three-node MariaDB Galera cluster, its
                     units spread over the nodes (also part of `test`)
+  galera chaos [--quick]
+                    the demo on a three-node Galera cluster while a node is killed and
+                    rejoins, and while the server's node is killed and a proxy fails over
+                    (also part of `chaos`)
 ";
 
 fn main() -> ExitCode {
@@ -72,6 +76,10 @@ fn run(args: Vec<String>) -> Result<()> {
         ["mariadb", "stop"] => mariadb::dev_stop(),
         ["mariadb", "url"] => mariadb::dev_url(),
         ["galera", "test"] => galera_test(),
+        ["galera", "chaos"] => chaos::galera_only(false, &*cmd::install_interrupt_flag()?),
+        ["galera", "chaos", "--quick"] => {
+            chaos::galera_only(true, &*cmd::install_interrupt_flag()?)
+        }
         ["help" | "--help" | "-h"] | [] => {
             eprint!("{USAGE}");
             Ok(())

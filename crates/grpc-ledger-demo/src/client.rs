@@ -157,9 +157,13 @@ pub async fn run_client(
     for task in tasks {
         let outcome = task.await?;
         latencies.push(outcome.latency);
-        match outcome.acknowledged {
-            Some(ack) => acknowledged.push(ack),
-            None => report.failed += 1,
+        match (outcome.acknowledged, outcome.failure) {
+            (Some(ack), _) => acknowledged.push(ack),
+            (None, failure) => {
+                report.failed += 1;
+                let failure = failure.unwrap_or_else(|| "no status".to_owned());
+                *report.failures.entry(failure).or_default() += 1;
+            }
         }
         report.changed_body_refused += outcome.changed_body_refused;
         report.changed_body_accepted += outcome.changed_body_accepted;
@@ -209,6 +213,8 @@ fn progress(done: u64, total: u64) {
 struct PaymentOutcome {
     latency: Duration,
     acknowledged: Option<Acknowledged>,
+    /// The status the client was left with, when not acknowledged: its code and message.
+    failure: Option<String>,
     changed_body_refused: u64,
     changed_body_accepted: u64,
 }
@@ -246,10 +252,18 @@ async fn pay_once(
     let mut outcome = PaymentOutcome {
         latency,
         acknowledged: None,
+        failure: None,
         changed_body_refused: 0,
         changed_body_accepted: 0,
     };
-    let Ok(response) = answer else { return outcome };
+    let response = match answer {
+        Ok(response) => response,
+        Err(status) => {
+            let message: String = status.message().chars().take(90).collect();
+            outcome.failure = Some(format!("{:?}: {message}", status.code()));
+            return outcome;
+        }
+    };
     outcome.acknowledged = Some(Acknowledged {
         account,
         payment_id: response.into_inner().payment_id,

@@ -36,6 +36,8 @@ pub struct DemoReport {
     pub acknowledged: u64,
     /// Payments that ended in an error for the client.
     pub failed: u64,
+    /// Those failures by the status the client was left with (code and message).
+    pub failures: std::collections::BTreeMap<String, u64>,
     /// Attempts sent.
     pub attempts: u64,
     /// Attempts after the first.
@@ -121,6 +123,9 @@ impl fmt::Display for DemoReport {
         }
         for (reason, count) in &self.refused {
             writeln!(f, "{:<44} {count:>10}", format!("refused: {reason}"))?;
+        }
+        for (code, count) in &self.failures {
+            writeln!(f, "failed with {code}: {count}")?;
         }
         let verdict = if self.reconciled() {
             "OK: every acknowledged payment exactly once"

@@ -100,8 +100,17 @@ pub(crate) async fn begin_unit(
     options: TransactionOptions,
     pooler: Pooler,
 ) -> Result<DatabaseTransaction, DbErr> {
-    let transaction = db.begin_with_options(options).await?;
-    if pooler == Pooler::TransactionPooling && db.get_database_backend() == DbBackend::Postgres {
+    // Begun in a task of its own, so that a caller dropped mid-way (a cancelled request) cannot
+    // leave the server in a transaction the driver does not know it began: the next user of
+    // that pooled connection would run inside it (PostgreSQL) or fail to set its isolation level
+    // (MariaDB's error 1568). A begun transaction whose caller is gone is rolled back on drop.
+    let db = db.clone();
+    let transaction = tokio::spawn(async move { db.begin_with_options(options).await })
+        .await
+        .map_err(|error| DbErr::Custom(format!("beginning a unit of work: {error}")))??;
+    if pooler == Pooler::TransactionPooling
+        && transaction.get_database_backend() == DbBackend::Postgres
+    {
         // The simple query protocol: one message, answered inside the transaction.
         if let Err(error) = transaction.execute_unprepared("DEALLOCATE ALL").await {
             let _ = transaction.rollback().await;

@@ -7,7 +7,7 @@ use std::time::Duration;
 use grpc_core_api::{
     ClaimOutcome, Completion, GrpcMethod, GrpcOperationIdentity, IdempotencyKey, InvalidInput,
     KeyHasher, LeaseDuration, LedgerError, LedgerUnitsOfWork, OutcomeReference,
-    REPLAYED_METADATA_KEY, RecordedFailure, RequestSchema, Version,
+    REPLAYED_METADATA_KEY, RecordedFailure, RequestFingerprint, RequestSchema, Version,
 };
 use prost::Message;
 use tonic::metadata::{MetadataMap, MetadataValue};
@@ -155,10 +155,50 @@ where
     ///
     /// The handler and the replay receive the unit's transaction as an `Arc`; they must not keep
     /// it past their future, since the guard commits or rolls it back afterwards.
+    ///
+    /// The unit of work runs in a task of its own, so that once begun it reaches its commit or
+    /// rollback even when the caller goes away (a client's cancel or deadline drops this future):
+    /// a unit dropped in the middle of a statement would leave its pooled connection in a state
+    /// the next user inherits (on MariaDB, a transaction still open there, error 1568 for the
+    /// next unit on that connection), and its claim's fate to the driver.
     pub async fn run<M, R, H, HF, P, PF>(
         &self,
         method: &GrpcMethod,
         request: Request<M>,
+        handler: H,
+        replay: P,
+    ) -> Result<Response<R>, Status>
+    where
+        M: Message + Send + 'static,
+        R: Send + 'static,
+        H: FnOnce(Arc<U::Transaction>, M) -> HF + Send + 'static,
+        HF: Future<Output = Result<Committed<R>, HandlerError>> + Send + 'static,
+        P: FnOnce(Arc<U::Transaction>, OutcomeReference) -> PF + Send + 'static,
+        PF: Future<Output = Result<R, Status>> + Send + 'static,
+    {
+        let (metadata, extensions, message) = request.into_parts();
+        let identity = self.identity(method, &metadata, &extensions)?;
+        let fingerprint = self
+            .config
+            .request_schema
+            .fingerprint_message(method, &message)?;
+        let guard = self.clone();
+        let method = method.clone();
+        to_the_end(async move {
+            guard
+                .run_unit(&method, identity, fingerprint, message, handler, replay)
+                .await
+        })
+        .await
+    }
+
+    /// The unit of work of [`run`](Self::run): claim, handler or replay, transition, commit.
+    async fn run_unit<M, R, H, HF, P, PF>(
+        &self,
+        method: &GrpcMethod,
+        identity: GrpcOperationIdentity,
+        fingerprint: RequestFingerprint,
+        message: M,
         handler: H,
         replay: P,
     ) -> Result<Response<R>, Status>
@@ -170,12 +210,6 @@ where
         P: FnOnce(Arc<U::Transaction>, OutcomeReference) -> PF + Send,
         PF: Future<Output = Result<R, Status>> + Send,
     {
-        let (metadata, extensions, message) = request.into_parts();
-        let identity = self.identity(method, &metadata, &extensions)?;
-        let fingerprint = self
-            .config
-            .request_schema
-            .fingerprint_message(method, &message)?;
         let transaction = Arc::new(self.units.begin().await.map_err(Status::from)?);
         let claim = self
             .units
@@ -249,10 +283,16 @@ where
         extensions: &Extensions,
     ) -> Result<Resolved, Status> {
         let identity = self.identity(method, metadata, extensions)?;
-        let transaction = Arc::new(self.units.begin().await.map_err(Status::from)?);
-        let found = self.units.ledger(&transaction).look_up(&identity).await;
-        self.roll_back(transaction).await;
-        Ok(match found.map_err(Status::from)? {
+        let guard = self.clone();
+        // In a task of its own, for the reason `run` gives.
+        let found = to_the_end(async move {
+            let transaction = Arc::new(guard.units.begin().await.map_err(Status::from)?);
+            let found = guard.units.ledger(&transaction).look_up(&identity).await;
+            guard.roll_back(transaction).await;
+            found.map_err(Status::from)
+        })
+        .await?;
+        Ok(match found {
             None => Resolved::NotFound,
             Some((record, retry_after)) => match record.finished {
                 None => Resolved::InProgress { retry_after },
@@ -324,4 +364,16 @@ fn replayed_failure(failure: &RecordedFailure) -> Status {
     let mut metadata = MetadataMap::new();
     metadata.insert(REPLAYED_METADATA_KEY, MetadataValue::from_static("true"));
     failure.to_status(metadata)
+}
+
+/// Runs `unit` to its end in a task of its own, whatever becomes of the caller's future; a unit
+/// that panicked, or was cut off by the runtime shutting down, is an error of the server.
+async fn to_the_end<T: Send + 'static>(
+    unit: impl Future<Output = Result<T, Status>> + Send + 'static,
+) -> Result<T, Status> {
+    match tokio::spawn(unit).await {
+        Ok(answer) => answer,
+        Err(error) if error.is_panic() => Err(Status::internal("the unit of work panicked")),
+        Err(_) => Err(Status::unavailable("the server is shutting down")),
+    }
 }

@@ -62,9 +62,10 @@ fn guard(store: &InMemoryStore) -> KeyedMutationGuard<InMemoryStore> {
 async fn pay(
     guard: &KeyedMutationGuard<InMemoryStore>,
     request: Request<Pay>,
-    runs: &AtomicU32,
+    runs: &Arc<AtomicU32>,
     outcome: Result<(), HandlerError>,
 ) -> Result<tonic::Response<String>, Status> {
+    let runs = Arc::clone(runs);
     guard
         .run(
             &method(),
@@ -87,7 +88,7 @@ async fn pay(
 async fn a_duplicate_replays_and_the_handler_runs_once() {
     let store = InMemoryStore::new(Duration::from_millis(200));
     let guard = guard(&store);
-    let runs = AtomicU32::new(0);
+    let runs = Arc::new(AtomicU32::new(0));
     let first = pay(
         &guard,
         request(10, Some("k-1"), Some("tenant-a")),
@@ -119,7 +120,7 @@ async fn a_duplicate_replays_and_the_handler_runs_once() {
 async fn retries_of_a_request_with_a_map_replay_whatever_order_the_map_decodes_in() {
     let store = InMemoryStore::new(Duration::from_millis(200));
     let guard = guard(&store);
-    let runs = AtomicU32::new(0);
+    let runs = Arc::new(AtomicU32::new(0));
     let labels = (0..8).map(|i| (format!("label-{i}"), format!("value-{i}")));
     let sent = Pay {
         amount: 10,
@@ -149,7 +150,7 @@ async fn retries_of_a_request_with_a_map_replay_whatever_order_the_map_decodes_i
 async fn a_changed_body_under_the_same_key_is_failed_precondition() {
     let store = InMemoryStore::new(Duration::from_millis(200));
     let guard = guard(&store);
-    let runs = AtomicU32::new(0);
+    let runs = Arc::new(AtomicU32::new(0));
     pay(
         &guard,
         request(10, Some("k-1"), Some("tenant-a")),
@@ -178,7 +179,7 @@ async fn a_changed_body_under_the_same_key_is_failed_precondition() {
 async fn a_missing_or_bad_key_is_invalid_argument_and_runs_nothing() {
     let store = InMemoryStore::new(Duration::from_millis(200));
     let guard = guard(&store);
-    let runs = AtomicU32::new(0);
+    let runs = Arc::new(AtomicU32::new(0));
     let missing = pay(&guard, request(10, None, Some("tenant-a")), &runs, Ok(()))
         .await
         .unwrap_err();
@@ -215,7 +216,7 @@ async fn a_missing_or_bad_key_is_invalid_argument_and_runs_nothing() {
 async fn a_fake_caller_header_cannot_replay_or_block_another_callers_operation() {
     let store = InMemoryStore::new(Duration::from_millis(200));
     let guard = guard(&store);
-    let runs = AtomicU32::new(0);
+    let runs = Arc::new(AtomicU32::new(0));
     pay(
         &guard,
         request(10, Some("shared"), Some("tenant-a")),
@@ -248,7 +249,7 @@ async fn a_fake_caller_header_cannot_replay_or_block_another_callers_operation()
 async fn a_terminal_failure_is_recorded_and_replayed_a_transient_one_rolls_back() {
     let store = InMemoryStore::new(Duration::from_millis(200));
     let guard = guard(&store);
-    let runs = AtomicU32::new(0);
+    let runs = Arc::new(AtomicU32::new(0));
     let refused = Status::failed_precondition("insufficient funds");
     let first = pay(
         &guard,
@@ -480,7 +481,7 @@ async fn a_failing_rollback_keeps_the_real_answer() {
 async fn an_oversized_terminal_failure_is_recorded_and_replayed() {
     let store = InMemoryStore::new(Duration::from_millis(200));
     let guard = guard(&store);
-    let runs = AtomicU32::new(0);
+    let runs = Arc::new(AtomicU32::new(0));
     let message = format!("declined\0{}", "\u{e9}".repeat(700)); // 1409 bytes
     let refusal = || HandlerError::Terminal(Status::failed_precondition(message.clone()));
     let first = pay(
@@ -517,7 +518,7 @@ async fn an_oversized_terminal_failure_is_recorded_and_replayed() {
 async fn a_replayed_failure_carries_the_original_error_details() {
     let store = InMemoryStore::new(Duration::from_millis(200));
     let guard = guard(&store);
-    let runs = AtomicU32::new(0);
+    let runs = Arc::new(AtomicU32::new(0));
     let refusal = || {
         HandlerError::Terminal(Status::with_error_details(
             Code::FailedPrecondition,
@@ -566,7 +567,7 @@ async fn a_replayed_failure_carries_the_original_error_details() {
 async fn resolve_reports_what_became_of_the_operation() {
     let store = InMemoryStore::new(Duration::from_millis(200));
     let guard = guard(&store);
-    let runs = AtomicU32::new(0);
+    let runs = Arc::new(AtomicU32::new(0));
     let look = |key: &str| {
         let request = request(1, Some(key), Some("tenant-a"));
         let (metadata, extensions, _) = request.into_parts();
@@ -633,4 +634,58 @@ async fn resolve_reports_what_became_of_the_operation() {
             .code(),
         Code::InvalidArgument
     );
+}
+
+/// A caller that goes away in the middle of the handler (its deadline, a client's cancel) drops
+/// the guard's future; the unit of work still runs to its end in its own task: the handler
+/// finishes, the operation commits, and a retry with the same key replays it.
+#[tokio::test]
+async fn a_caller_that_goes_away_mid_handler_does_not_cut_the_unit_short() {
+    let store = InMemoryStore::new(Duration::from_millis(200));
+    let guard = guard(&store);
+    let finished = Arc::new(AtomicU32::new(0));
+    let counter = Arc::clone(&finished);
+    let method = method();
+    let call = guard.run(
+        &method,
+        request(10, Some("k-gone"), Some("tenant-a")),
+        move |unit: Arc<InMemoryUnit>, pay: Pay| async move {
+            tokio::time::sleep(Duration::from_millis(150)).await;
+            unit.write_business(&format!("payment-{}", pay.amount));
+            counter.fetch_add(1, Ordering::SeqCst);
+            Ok(Committed {
+                response: "payment-10".to_owned(),
+                outcome: OutcomeReference::parse("payment-10").unwrap(),
+            })
+        },
+        |_unit, outcome: OutcomeReference| async move { Ok(outcome.as_str().to_owned()) },
+    );
+    // The caller gives up after 30 ms, while the handler sleeps.
+    assert!(
+        tokio::time::timeout(Duration::from_millis(30), call)
+            .await
+            .is_err()
+    );
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(
+        finished.load(Ordering::SeqCst),
+        1,
+        "the handler ran to its end"
+    );
+    assert_eq!(
+        grpc_ledger_contract_tests::LedgerStore::business_rows(&store, "payment-10").await,
+        1
+    );
+    let runs = Arc::new(AtomicU32::new(0));
+    let retry = pay(
+        &guard,
+        request(10, Some("k-gone"), Some("tenant-a")),
+        &runs,
+        Ok(()),
+    )
+    .await
+    .unwrap();
+    assert_eq!(retry.get_ref(), "payment-10");
+    assert!(retry.metadata().get(REPLAYED_METADATA_KEY).is_some());
+    assert_eq!(runs.load(Ordering::SeqCst), 0, "the retry was a replay");
 }
