@@ -12,14 +12,17 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use grpc_core_api::{
     CallerFingerprint, ClaimOutcome, GrpcMethod, GrpcOperationIdentity, GrpcOperationLedger,
-    IdempotencyKey, KeyHasher, LeaseDuration, OutcomeReference, RequestFingerprint, Version,
+    IdempotencyKey, KeyHasher, LeaseDuration, LedgerUnitsOfWork, OutcomeReference,
+    RequestFingerprint, Version,
 };
 use grpc_operation_ledger_seaorm::{
-    LedgerConfig, SeaOrmOperationLedger, connect_postgres, open_sqlite, statements,
+    LedgerConfig, SeaOrmOperationLedger, SeaOrmUnitsOfWork, connect_mysql, connect_postgres,
+    open_sqlite, statements,
 };
 use sea_orm::sqlx::{self, postgres::PgPoolOptions};
 use sea_orm::{
-    ConnectionTrait, Database, DatabaseConnection, DbBackend, Statement, TransactionTrait,
+    ConnectionTrait, Database, DatabaseConnection, DatabaseTransaction, DbBackend, Statement,
+    TransactionTrait,
 };
 
 /// How long and how wide to measure.
@@ -163,10 +166,11 @@ fn sqlite_sql(sql: &str) -> String {
 }
 
 fn business_statement(backend: DbBackend, key: &str, amount: i64) -> Statement {
-    let sql = if backend == DbBackend::Sqlite {
-        sqlite_sql(BUSINESS_INSERT)
-    } else {
-        BUSINESS_INSERT.to_owned()
+    let sql = match backend {
+        DbBackend::Sqlite => sqlite_sql(BUSINESS_INSERT),
+        // MariaDB's placeholders are bare, in order.
+        DbBackend::MySql => BUSINESS_INSERT.replace("$1", "?").replace("$2", "?"),
+        _ => BUSINESS_INSERT.to_owned(),
     };
     Statement::from_sql_and_values(backend, sql, [key.into(), amount.into()])
 }
@@ -182,21 +186,27 @@ async fn business_op(db: &DatabaseConnection, key: &str) -> Result<()> {
 
 /// Claim + business write + mark_committed through the adapter, in one transaction.
 async fn keyed_op(db: &DatabaseConnection, caller: usize, key: &str) -> Result<()> {
-    let id = identity(caller, key);
     let txn = db.begin().await?;
-    let ledger = SeaOrmOperationLedger::new(&txn);
+    keyed_write(&txn, caller, key).await?;
+    txn.commit().await?;
+    Ok(())
+}
+
+/// Claim, business write and mark_committed of a fresh key on `txn`.
+async fn keyed_write(txn: &DatabaseTransaction, caller: usize, key: &str) -> Result<()> {
+    let id = identity(caller, key);
+    let ledger = SeaOrmOperationLedger::new(txn);
     let claimed = ledger
         .claim(&id, &RequestFingerprint::of(key.as_bytes()), lease())
         .await?;
     let ClaimOutcome::Claimed { version, .. } = claimed else {
         bail!("a fresh key was not claimed")
     };
-    txn.execute_raw(business_statement(db.get_database_backend(), key, 1))
+    txn.execute_raw(business_statement(txn.get_database_backend(), key, 1))
         .await?;
     ledger
         .mark_committed(&id, version, &OutcomeReference::parse(key)?)
         .await?;
-    txn.commit().await?;
     Ok(())
 }
 
@@ -573,6 +583,113 @@ pub async fn run_all(url: &str, plan: &Plan) -> Result<Vec<Figure>> {
     db.close().await?;
     admin
         .execute_unprepared(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+        .await?;
+    Ok(figures)
+}
+
+/// Keyed against business writes on MariaDB: one server (`urls` of one node) or a Galera
+/// cluster (every node's URL; client `n` writes through node `n % nodes`), at each client count
+/// of `plan`. `label` names the store in the figures. Both variants begin their units as the
+/// guard does (through `SeaOrmUnitsOfWork`, READ COMMITTED), so they differ only by the ledger's
+/// claim and transition.
+pub async fn mariadb_family(label: &str, urls: &[String], plan: &Plan) -> Result<Vec<Figure>> {
+    let name = format!("ledger_bench_{}", std::process::id());
+    let server = urls.first().context("no server URL")?;
+    let admin = Database::connect(server.as_str()).await?;
+    admin
+        .execute_unprepared(&format!("DROP DATABASE IF EXISTS {name}"))
+        .await?;
+    admin
+        .execute_unprepared(&format!("CREATE DATABASE {name}"))
+        .await?;
+    let max_clients = plan.clients.iter().copied().max().unwrap_or(1) as u32;
+    let config = LedgerConfig {
+        max_connections: max_clients + 2,
+        ..LedgerConfig::default()
+    };
+    let mut nodes = Vec::new();
+    for url in urls {
+        let url = format!("{}/{name}", url.trim_end_matches('/'));
+        // Another node applies the CREATE DATABASE a moment after the first returns.
+        let mut tries = 0;
+        let db = loop {
+            match connect_mysql(&url, &config).await {
+                Ok(db) => break db,
+                Err(_) if tries < 50 => {
+                    tries += 1;
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                Err(error) => return Err(error.into()),
+            }
+        };
+        nodes.push(SeaOrmUnitsOfWork::new(db, &config));
+    }
+    grpc_operation_ledger_seaorm::migrate(nodes[0].connection()).await?;
+    nodes[0]
+        .connection()
+        .execute_unprepared(
+            "CREATE TABLE bench_business (business_key VARCHAR(128) PRIMARY KEY, amount BIGINT NOT NULL)",
+        )
+        .await?;
+    let nodes = Arc::new(nodes);
+    let mut figures = Vec::new();
+    for &clients in &plan.clients {
+        let run = |variant: &'static str| format!("{variant}-{clients}-{}", std::process::id());
+        let (units, tag) = (Arc::clone(&nodes), run("mb"));
+        let business = drive(
+            clients,
+            plan.seconds,
+            Arc::new(move |task, i| {
+                let (units, key) = (Arc::clone(&units), format!("{tag}-{task}-{i}"));
+                Box::pin(async move {
+                    let units = &units[task % units.len()];
+                    let txn = units.begin().await?;
+                    txn.execute_raw(business_statement(DbBackend::MySql, &key, 1))
+                        .await?;
+                    units.commit(txn).await?;
+                    Ok(())
+                })
+            }),
+        )
+        .await?;
+        let (units, tag) = (Arc::clone(&nodes), run("mk"));
+        let keyed = drive(
+            clients,
+            plan.seconds,
+            Arc::new(move |task, i| {
+                let (units, key) = (Arc::clone(&units), format!("{tag}-{task}-{i}"));
+                Box::pin(async move {
+                    let units = &units[task % units.len()];
+                    let txn = units.begin().await?;
+                    keyed_write(&txn, task, &key).await?;
+                    units.commit(txn).await?;
+                    Ok(())
+                })
+            }),
+        )
+        .await?;
+        let at = |what: &str| format!("{label} {what} @{clients}");
+        let business_fig = figure(at("business ops/s"), "ops/s", business.ops_per_second);
+        let keyed_fig = compared(
+            at("keyed ops/s"),
+            "ops/s",
+            keyed.ops_per_second,
+            &business_fig,
+        );
+        figures.extend([
+            business_fig,
+            keyed_fig,
+            figure(at("business p50"), "ms", business.p50_ms),
+            figure(at("keyed p50"), "ms", keyed.p50_ms),
+            figure(at("keyed p99"), "ms", keyed.p99_ms),
+        ]);
+        eprintln!("measured {label} at {clients} client(s)");
+    }
+    for units in nodes.iter() {
+        units.connection().clone().close().await?;
+    }
+    admin
+        .execute_unprepared(&format!("DROP DATABASE IF EXISTS {name}"))
         .await?;
     Ok(figures)
 }

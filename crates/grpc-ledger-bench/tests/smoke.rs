@@ -28,3 +28,36 @@ async fn the_harness_runs_every_group_and_reports_ratios() {
     let json = grpc_ledger_bench::json(&figures);
     assert_eq!(json.as_array().unwrap().len(), figures.len());
 }
+
+/// The MariaDB group, on the MariaDB and the Galera cluster of `cargo xtask test`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_mariadb_group_runs_on_one_server_and_on_the_cluster() {
+    let variable = |name: &str| {
+        std::env::var(name)
+            .ok()
+            .filter(|v| !v.is_empty())
+            .unwrap_or_else(|| panic!("{name} is not set: run `cargo xtask test`"))
+    };
+    let galera: Vec<String> = variable("GALERA_URLS")
+        .split(',')
+        .map(str::to_owned)
+        .collect();
+    for (label, urls) in [
+        ("mariadb", vec![variable("MARIADB_URL")]),
+        ("galera", galera),
+    ] {
+        let figures =
+            grpc_ledger_bench::mariadb_family(label, &urls, &grpc_ledger_bench::Plan::smoke())
+                .await
+                .unwrap();
+        let keyed = figures
+            .iter()
+            .find(|f| f.name == format!("{label} keyed ops/s @2"))
+            .unwrap_or_else(|| panic!("no keyed figure for {label}: {figures:?}"));
+        assert!(keyed.value > 0.0, "{label} measured nothing");
+        assert!(
+            keyed.ratio.is_some(),
+            "{label}: keyed is compared with business"
+        );
+    }
+}
