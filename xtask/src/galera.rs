@@ -36,18 +36,24 @@ pub(crate) struct Galera {
     nodes: Vec<Node>,
     run_as: Option<&'static str>,
     user: String,
+    /// Whether dropping the value leaves the cluster running (the development cluster).
+    keep: bool,
 }
 
 impl Galera {
-    /// Bootstraps node 1, joins nodes 2 and 3 by state transfer, and creates the test account.
+    /// Bootstraps node 1, joins nodes 2 and 3 by state transfer, and creates the test account, in
+    /// a fresh temporary directory.
     pub(crate) fn start() -> Result<Self> {
+        Self::start_in(fresh_temp_dir()?)
+    }
+
+    fn start_in(root: PathBuf) -> Result<Self> {
         install()?;
         cmd::install_if_missing(
             &[PROVIDER, "/usr/bin/wsrep_sst_rsync"],
             &["galera-4", "rsync"],
             "a three-node Galera cluster",
         )?;
-        let root = fresh_temp_dir()?;
         let run_as = if running_as_root()? {
             ensure_system_user()?;
             Some(CLUSTER_USER)
@@ -71,6 +77,7 @@ impl Galera {
             nodes: Vec::new(),
             run_as,
             user,
+            keep: false,
         };
         for (n, group_port) in group_ports.iter().enumerate() {
             let dir = root.join(format!("node{}", n + 1));
@@ -244,6 +251,9 @@ impl Galera {
 
 impl Drop for Galera {
     fn drop(&mut self) {
+        if self.keep {
+            return;
+        }
         // Stopped in reverse order, so that the bootstrap node leaves last.
         for node in self.nodes.iter_mut().rev() {
             if let Ok(pid) = std::fs::read_to_string(node.dir.join("mariadb.pid")) {
@@ -260,4 +270,66 @@ impl Drop for Galera {
             eprintln!("xtask: removing {} failed: {error}", self.root.display());
         }
     }
+}
+
+// --- the development cluster ------------------------------------------------------------------
+
+fn dev_root() -> PathBuf {
+    std::env::temp_dir().join("grpc-safe-retries-dev-galera")
+}
+
+/// `cargo xtask galera start`: a cluster that outlives the command; prints the nodes' URLs.
+pub(crate) fn dev_start() -> Result<()> {
+    let root = dev_root();
+    if root.join("urls").is_file() {
+        bail!("a development Galera cluster is already running; `cargo xtask galera stop` first");
+    }
+    if root.exists() {
+        std::fs::remove_dir_all(&root)?;
+    }
+    std::fs::create_dir_all(&root)?;
+    let mut cluster = Galera::start_in(root.clone())?;
+    // The nodes outlive this command: their processes are not waited for, and `stop` ends them
+    // by their pid files.
+    for node in &mut cluster.nodes {
+        drop(node.child.take());
+    }
+    cluster.keep = true;
+    std::fs::write(root.join("urls"), cluster.urls())?;
+    println!("{}", cluster.urls());
+    eprintln!("xtask: development Galera cluster started; stop it with `cargo xtask galera stop`");
+    Ok(())
+}
+
+/// `cargo xtask galera stop`: stops the development cluster and removes its files.
+pub(crate) fn dev_stop() -> Result<()> {
+    let root = dev_root();
+    if !root.exists() {
+        eprintln!("xtask: no development Galera cluster is running");
+        return Ok(());
+    }
+    let nodes = (1..=3)
+        .map(|n| Node {
+            dir: root.join(format!("node{n}")),
+            port: 0,
+            child: None,
+        })
+        .collect();
+    drop(Galera {
+        root,
+        nodes,
+        run_as: None,
+        user: String::new(),
+        keep: false,
+    });
+    eprintln!("xtask: development Galera cluster stopped and removed");
+    Ok(())
+}
+
+/// `cargo xtask galera urls`: the development cluster's node URLs, comma-separated.
+pub(crate) fn dev_urls() -> Result<()> {
+    let urls = std::fs::read_to_string(dev_root().join("urls"))
+        .context("no development Galera cluster; `cargo xtask galera start` first")?;
+    println!("{urls}");
+    Ok(())
 }

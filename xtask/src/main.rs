@@ -38,6 +38,9 @@ tasks:
   pg url            print the development PostgreSQL's URL
   mariadb start|stop|url
                     the same for a development MariaDB (Debian's mariadb-server)
+  galera start|stop|urls
+                    a development three-node Galera cluster on loopback (urls: the nodes'
+                    URLs, comma-separated, as GALERA_URLS takes them)
   galera test       the ledger's contract suite on a three-node MariaDB Galera cluster, its
                     units spread over the nodes (also part of `test`)
   galera chaos [--quick]
@@ -75,6 +78,9 @@ fn run(args: Vec<String>) -> Result<()> {
         ["mariadb", "start"] => mariadb::dev_start(),
         ["mariadb", "stop"] => mariadb::dev_stop(),
         ["mariadb", "url"] => mariadb::dev_url(),
+        ["galera", "start"] => galera::dev_start(),
+        ["galera", "stop"] => galera::dev_stop(),
+        ["galera", "urls"] => galera::dev_urls(),
         ["galera", "test"] => galera_test(),
         ["galera", "chaos"] => chaos::galera_only(false, &*cmd::install_interrupt_flag()?),
         ["galera", "chaos", "--quick"] => {
