@@ -2,6 +2,8 @@
 //! tiny counts. Every variant of one group runs in the same process against the same server, one
 //! after the other, and is reported as a ratio to its baseline.
 
+mod e2e;
+
 use std::future::Future;
 use std::path::Path;
 use std::pin::Pin;
@@ -38,6 +40,8 @@ pub struct Plan {
     pub growth_ops: usize,
     /// Replays (and plain reads) measured.
     pub replay_ops: usize,
+    /// Request fingerprints computed, each way.
+    pub fingerprint_ops: u32,
 }
 
 impl Plan {
@@ -49,6 +53,7 @@ impl Plan {
             growth: vec![1_000, 10_000, 100_000],
             growth_ops: 300,
             replay_ops: 500,
+            fingerprint_ops: 20_000,
         }
     }
 
@@ -60,6 +65,7 @@ impl Plan {
             growth: vec![1_000, 100_000, 1_000_000],
             growth_ops: 2_000,
             replay_ops: 3_000,
+            fingerprint_ops: 200_000,
         }
     }
 
@@ -71,6 +77,7 @@ impl Plan {
             growth: vec![100, 200],
             growth_ops: 10,
             replay_ops: 10,
+            fingerprint_ops: 10,
         }
     }
 }
@@ -579,7 +586,9 @@ pub async fn run_all(url: &str, plan: &Plan) -> Result<Vec<Figure>> {
 
     figures.extend(replay(&db, plan).await?);
     figures.extend(growth(&db, plan).await?);
+    figures.extend(e2e::end_to_end("postgres", &db, &config, plan).await?);
     figures.extend(sqlite(plan).await?);
+    figures.extend(e2e::fingerprint_cost(plan.fingerprint_ops)?);
     db.close().await?;
     admin
         .execute_unprepared(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
@@ -836,6 +845,7 @@ async fn sqlite(plan: &Plan) -> Result<Vec<Figure>> {
         }),
     )
     .await?;
+    let end_to_end = e2e::end_to_end("sqlite", &db, &LedgerConfig::default(), plan).await?;
     db.close().await?;
     for suffix in ["", "-wal", "-shm"] {
         let _ = std::fs::remove_file(format!("{}{suffix}", file.display()));
@@ -845,7 +855,7 @@ async fn sqlite(plan: &Plan) -> Result<Vec<Figure>> {
         "ops/s",
         business.ops_per_second,
     );
-    Ok(vec![
+    let mut figures = vec![
         compared(
             "sqlite: keyed, one writer".into(),
             "ops/s",
@@ -853,5 +863,7 @@ async fn sqlite(plan: &Plan) -> Result<Vec<Figure>> {
             &base,
         ),
         base,
-    ])
+    ];
+    figures.extend(end_to_end);
+    Ok(figures)
 }

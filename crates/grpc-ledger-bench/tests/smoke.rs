@@ -17,6 +17,10 @@ async fn the_harness_runs_every_group_and_reports_ratios() {
         "replay: claim of a committed identity p50",
         "growth: claim p50 at 200 rows",
         "sqlite: keyed, one writer",
+        "e2e postgres guarded ops/s @2",
+        "e2e postgres guarded via executor ops/s @2",
+        "e2e sqlite guarded ops/s @2",
+        "fingerprint: canonical, schema-aware",
     ] {
         let found = figures
             .iter()
@@ -24,7 +28,7 @@ async fn the_harness_runs_every_group_and_reports_ratios() {
             .unwrap_or_else(|| panic!("{expected} missing from {names:?}"));
         assert!(found.value > 0.0, "{expected} measured nothing");
     }
-    assert!(figures.iter().filter(|f| f.ratio.is_some()).count() >= 6);
+    assert!(figures.iter().filter(|f| f.ratio.is_some()).count() >= 12);
     let json = grpc_ledger_bench::json(&figures);
     assert_eq!(json.as_array().unwrap().len(), figures.len());
 }

@@ -53,7 +53,8 @@ type Client = PaymentsClient<
     >,
 >;
 
-fn with_token(mut request: Request<()>) -> Result<Request<()>, Status> {
+/// Adds the demo's bearer token, as its server's interceptor expects.
+pub fn with_token(mut request: Request<()>) -> Result<Request<()>, Status> {
     let value: AsciiMetadataValue = format!("Bearer {DEMO_TOKEN}")
         .parse()
         .map_err(|_| Status::internal("token is not valid metadata"))?;
@@ -63,7 +64,7 @@ fn with_token(mut request: Request<()>) -> Result<Request<()>, Status> {
 
 /// Reads the channel's retry settings from the service config, after checking it against the
 /// service's own descriptor set and the one-owner rule, as users' CI would with grpc-retry-lint.
-fn retry_settings() -> Result<(RetrySettings, Arc<GrpcRetryBudget>)> {
+pub fn retry_settings() -> Result<(RetrySettings, Arc<GrpcRetryBudget>)> {
     let owner = GrpcRetryOwner::Channel;
     let config = GrpcServiceConfigPolicy::new(owner).parse(SERVICE_CONFIG)?;
     let mut catalog = MethodCatalog::from_descriptor_set_bytes(DESCRIPTOR_SET)?;

@@ -15,8 +15,8 @@ mod server;
 use std::fmt;
 use std::time::Duration;
 
-pub use client::{ClientOptions, run_client};
-pub use server::{Faults, PaymentsService, authenticate, prepare_database};
+pub use client::{ClientOptions, retry_settings, run_client, with_token};
+pub use server::{Faults, PaymentsService, authenticate, insert_payment, prepare_database};
 
 /// The descriptor set of the demo's .proto, compiled by protox at build time.
 pub const DESCRIPTOR_SET: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/payments.pb"));
@@ -215,10 +215,11 @@ pub fn service(
 /// (`perAttemptRecvTimeout`, 0.5 s), within the call's deadline.
 pub const INJECTED_DELAY: Duration = Duration::from_millis(600);
 
-/// Serves `service` on `listener` until `shutdown` completes.
+/// Serves `service` (the demo's, or another implementation of its API, as the benchmarks' baseline)
+/// on `listener`, behind the demo's token check, until `shutdown` completes.
 pub async fn serve(
     listener: tokio::net::TcpListener,
-    service: PaymentsService,
+    service: impl pb::payments_server::Payments,
     shutdown: impl std::future::Future<Output = ()> + Send,
 ) -> anyhow::Result<()> {
     tonic::transport::Server::builder()

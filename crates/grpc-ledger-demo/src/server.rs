@@ -152,7 +152,8 @@ impl PaymentsService {
     }
 }
 
-async fn insert_payment(txn: &DatabaseTransaction, payment: &Payment) -> Result<(), DbErr> {
+/// The business write: one payment row, on the caller's transaction.
+pub async fn insert_payment(txn: &DatabaseTransaction, payment: &Payment) -> Result<(), DbErr> {
     let sql = "INSERT INTO demo_payments (payment_id, account, amount_minor) VALUES ($1, $2, $3)";
     let values = vec![
         payment.payment_id.clone().into(),

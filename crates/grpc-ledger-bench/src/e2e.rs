@@ -1,0 +1,255 @@
+//! What the guard and the executor cost per gRPC call: the demo's `CreatePayment` over tonic on
+//! loopback, its handler inserting one payment row, measured in three variants in one run:
+//! an unguarded handler (the baseline: the same insert in its own unit of work), the guarded
+//! handler (claim, insert, transition, commit), and the guarded handler called through the
+//! `RetryExecutor` instead of the bare generated client. Plus the request fingerprint's cost next
+//! to SHA-256 of the raw request bytes.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use grpc_core_api::{
+    GrpcMethod, IdempotencyKey, LedgerUnitsOfWork, RequestFingerprint, RequestSchema,
+};
+use grpc_ledger_demo::pb::payments_client::PaymentsClient;
+use grpc_ledger_demo::pb::payments_server::Payments;
+use grpc_ledger_demo::pb::{
+    CreatePaymentRequest, Payment, ResolvePaymentRequest, ResolvePaymentResponse,
+};
+use grpc_ledger_demo::{DESCRIPTOR_SET, Faults, insert_payment, retry_settings, serve, with_token};
+use grpc_operation_ledger_seaorm::{LedgerConfig, SeaOrmUnitsOfWork};
+use grpc_policy::MethodClass;
+use grpc_tonic::{CommitObserver, IDEMPOTENCY_KEY_HEADER, Resolution, RetryExecutor};
+use sea_orm::DatabaseConnection;
+use tonic::metadata::AsciiMetadataValue;
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::Channel;
+use tonic::{Request, Response, Status};
+
+use crate::{Figure, Plan, compared, drive, figure};
+
+const CREATE_PAYMENT: &str = "/payments.v1.Payments/CreatePayment";
+
+/// The baseline: the demo's API with the same business insert in a unit of work of its own, and
+/// no ledger.
+struct Unguarded {
+    units: SeaOrmUnitsOfWork,
+    next_id: AtomicU64,
+}
+
+#[tonic::async_trait]
+impl Payments for Unguarded {
+    async fn create_payment(
+        &self,
+        request: Request<CreatePaymentRequest>,
+    ) -> Result<Response<Payment>, Status> {
+        let request = request.into_inner();
+        let payment = Payment {
+            payment_id: format!("u-{}", self.next_id.fetch_add(1, Ordering::Relaxed)),
+            account: request.account,
+            amount_minor: request.amount_minor,
+        };
+        let txn = self.units.begin().await.map_err(Status::from)?;
+        insert_payment(&txn, &payment)
+            .await
+            .map_err(|_| Status::unavailable("the payments store failed"))?;
+        self.units.commit(txn).await.map_err(Status::from)?;
+        Ok(Response::new(payment))
+    }
+
+    async fn resolve_payment(
+        &self,
+        _request: Request<ResolvePaymentRequest>,
+    ) -> Result<Response<ResolvePaymentResponse>, Status> {
+        Err(Status::unimplemented("the baseline keeps no ledger"))
+    }
+}
+
+type Client = PaymentsClient<
+    InterceptedService<CommitObserver<Channel>, fn(Request<()>) -> Result<Request<()>, Status>>,
+>;
+
+/// Serves `service` on a loopback port for as long as the process runs; a client of it.
+async fn serve_on_loopback(service: impl Payments) -> Result<Client> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    tokio::spawn(serve(listener, service, std::future::pending()));
+    let channel = Channel::from_shared(format!("http://{addr}"))?
+        .connect()
+        .await?;
+    Ok(PaymentsClient::with_interceptor(
+        CommitObserver::new(channel),
+        with_token as fn(_) -> _,
+    ))
+}
+
+/// The demo's request shape: an account, an amount and five labels.
+fn payment_request(key: &str) -> CreatePaymentRequest {
+    let labels: HashMap<String, String> = [
+        ("channel", "web"),
+        ("country", "DE"),
+        ("order", key),
+        ("campaign", "c-3"),
+        ("device", "desktop"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v.to_owned()))
+    .collect();
+    CreatePaymentRequest {
+        account: format!("acct-{key}"),
+        amount_minor: 100,
+        labels,
+    }
+}
+
+/// One call by the bare client with a fresh key.
+async fn bare_call(mut client: Client, key: String) -> Result<()> {
+    let mut request = Request::new(payment_request(&key));
+    let value: AsciiMetadataValue = key.parse()?;
+    request.metadata_mut().insert(IDEMPOTENCY_KEY_HEADER, value);
+    client.create_payment(request).await?;
+    Ok(())
+}
+
+/// One call through the executor with a fresh key (the demo's service config: Channel owner,
+/// keyed mutation, resolve-first; nothing fails here, so no retry and no lookup).
+async fn executor_call(client: Client, executor: Arc<RetryExecutor>, key: String) -> Result<()> {
+    let idempotency_key = IdempotencyKey::parse(&key)?;
+    executor
+        .call(
+            MethodClass::KeyedMutation,
+            payment_request(&key),
+            Some(&idempotency_key),
+            Some(Duration::from_secs(10)),
+            |request| {
+                let mut client = client.clone();
+                async move { client.create_payment(request).await }
+            },
+            || async { Err::<Resolution<Payment>, Status>(Status::internal("no lookup expected")) },
+        )
+        .await?;
+    Ok(())
+}
+
+/// The three variants at each client count of `plan`, on the store of `db` (`label` names it).
+pub(crate) async fn end_to_end(
+    label: &str,
+    db: &DatabaseConnection,
+    config: &LedgerConfig,
+    plan: &Plan,
+) -> Result<Vec<Figure>> {
+    grpc_ledger_demo::prepare_database(db).await?;
+    let unguarded = serve_on_loopback(Unguarded {
+        units: SeaOrmUnitsOfWork::new(db.clone(), config),
+        next_id: AtomicU64::new(1),
+    })
+    .await?;
+    let no_faults = Arc::new(Faults::new(0.0, 0.0, Duration::ZERO, 1));
+    let run = std::process::id();
+    let guarded = serve_on_loopback(grpc_ledger_demo::service(
+        db,
+        config,
+        no_faults,
+        &format!("g-{label}-{run}"),
+    )?)
+    .await?;
+    let (settings, budget) = retry_settings()?;
+    let executor = Arc::new(RetryExecutor::new(settings, budget));
+    let mut figures = Vec::new();
+    for &clients in &plan.clients {
+        let tag = |variant: &str| format!("{label}-{variant}-{clients}-{run}");
+        let (client, prefix) = (unguarded.clone(), tag("u"));
+        let base = drive(
+            clients,
+            plan.seconds,
+            Arc::new(move |task, i| {
+                Box::pin(bare_call(client.clone(), format!("{prefix}-{task}-{i}")))
+            }),
+        )
+        .await?;
+        let (client, prefix) = (guarded.clone(), tag("g"));
+        let keyed = drive(
+            clients,
+            plan.seconds,
+            Arc::new(move |task, i| {
+                Box::pin(bare_call(client.clone(), format!("{prefix}-{task}-{i}")))
+            }),
+        )
+        .await?;
+        let (client, prefix, through) = (guarded.clone(), tag("e"), Arc::clone(&executor));
+        let executed = drive(
+            clients,
+            plan.seconds,
+            Arc::new(move |task, i| {
+                Box::pin(executor_call(
+                    client.clone(),
+                    Arc::clone(&through),
+                    format!("{prefix}-{task}-{i}"),
+                ))
+            }),
+        )
+        .await?;
+        let at = |what: &str| format!("e2e {label} {what} @{clients}");
+        let base_fig = figure(at("unguarded ops/s"), "ops/s", base.ops_per_second);
+        let keyed_fig = compared(
+            at("guarded ops/s"),
+            "ops/s",
+            keyed.ops_per_second,
+            &base_fig,
+        );
+        let executed_fig = compared(
+            at("guarded via executor ops/s"),
+            "ops/s",
+            executed.ops_per_second,
+            &keyed_fig,
+        );
+        let base_p50 = figure(at("unguarded p50"), "ms", base.p50_ms);
+        let keyed_p50 = compared(at("guarded p50"), "ms", keyed.p50_ms, &base_p50);
+        figures.extend([
+            base_fig,
+            keyed_fig,
+            executed_fig,
+            base_p50,
+            keyed_p50,
+            figure(at("unguarded p99"), "ms", base.p99_ms),
+            figure(at("guarded p99"), "ms", keyed.p99_ms),
+            figure(at("guarded via executor p50"), "ms", executed.p50_ms),
+        ]);
+        eprintln!("measured end to end on {label} at {clients} client(s)");
+    }
+    Ok(figures)
+}
+
+/// The canonical request fingerprint of the demo's request (5 labels) against SHA-256 of its
+/// encoded bytes, per request.
+pub(crate) fn fingerprint_cost(iterations: u32) -> Result<Vec<Figure>> {
+    let schema = RequestSchema::from_file_descriptor_set(DESCRIPTOR_SET)?;
+    let method = GrpcMethod::parse(CREATE_PAYMENT).context("the demo's method")?;
+    let request = payment_request("order-42");
+    let started = Instant::now();
+    for _ in 0..iterations {
+        std::hint::black_box(schema.fingerprint_message(&method, std::hint::black_box(&request))?);
+    }
+    let canonical = started.elapsed().as_nanos() as f64 / f64::from(iterations);
+    let started = Instant::now();
+    for _ in 0..iterations {
+        let bytes = prost::Message::encode_to_vec(std::hint::black_box(&request));
+        std::hint::black_box(RequestFingerprint::of(&bytes));
+    }
+    let raw = started.elapsed().as_nanos() as f64 / f64::from(iterations);
+    let raw_fig = figure(
+        "fingerprint: SHA-256 of the encoded request".into(),
+        "ns",
+        raw,
+    );
+    let canonical_fig = compared(
+        "fingerprint: canonical, schema-aware".into(),
+        "ns",
+        canonical,
+        &raw_fig,
+    );
+    Ok(vec![raw_fig, canonical_fig])
+}
