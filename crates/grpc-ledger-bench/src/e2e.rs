@@ -19,13 +19,14 @@ use grpc_ledger_demo::pb::payments_server::Payments;
 use grpc_ledger_demo::pb::{
     CreatePaymentRequest, Payment, ResolvePaymentRequest, ResolvePaymentResponse,
 };
-use grpc_ledger_demo::{DESCRIPTOR_SET, Faults, insert_payment, retry_settings, serve, with_token};
+use grpc_ledger_demo::{
+    Client, DESCRIPTOR_SET, Faults, insert_payment, resolve, retry_settings, serve, with_token,
+};
 use grpc_operation_ledger_seaorm::{LedgerConfig, SeaOrmUnitsOfWork};
 use grpc_policy::MethodClass;
-use grpc_tonic::{CommitObserver, IDEMPOTENCY_KEY_HEADER, Resolution, RetryExecutor};
+use grpc_tonic::{CommitObserver, IDEMPOTENCY_KEY_HEADER, RetryExecutor};
 use sea_orm::DatabaseConnection;
 use tonic::metadata::AsciiMetadataValue;
-use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
 use tonic::{Request, Response, Status};
 
@@ -67,10 +68,6 @@ impl Payments for Unguarded {
         Err(Status::unimplemented("the baseline keeps no ledger"))
     }
 }
-
-type Client = PaymentsClient<
-    InterceptedService<CommitObserver<Channel>, fn(Request<()>) -> Result<Request<()>, Status>>,
->;
 
 /// Serves `service` on a loopback port for as long as the process runs; a client of it.
 async fn serve_on_loopback(service: impl Payments) -> Result<Client> {
@@ -114,10 +111,12 @@ async fn bare_call(mut client: Client, key: String) -> Result<()> {
     Ok(())
 }
 
-/// One call through the executor with a fresh key (the demo's service config: Channel owner,
-/// keyed mutation, resolve-first; nothing fails here, so no retry and no lookup).
+/// One call through the executor with a fresh key, as the demo's client makes it (its service
+/// config: Channel owner, a 0.5 s limit per attempt, keyed mutation resolved first when an
+/// attempt's outcome is unknown, through the server's ResolvePayment).
 async fn executor_call(client: Client, executor: Arc<RetryExecutor>, key: String) -> Result<()> {
     let idempotency_key = IdempotencyKey::parse(&key)?;
+    let key_value: AsciiMetadataValue = key.parse()?;
     executor
         .call(
             MethodClass::KeyedMutation,
@@ -128,7 +127,7 @@ async fn executor_call(client: Client, executor: Arc<RetryExecutor>, key: String
                 let mut client = client.clone();
                 async move { client.create_payment(request).await }
             },
-            || async { Err::<Resolution<Payment>, Status>(Status::internal("no lookup expected")) },
+            || resolve(client.clone(), key_value.clone()),
         )
         .await?;
     Ok(())

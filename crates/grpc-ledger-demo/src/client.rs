@@ -45,8 +45,9 @@ pub struct ClientOptions {
     pub progress: bool,
 }
 
-/// The generated client over a channel the executor can see A6's commit point through.
-type Client = PaymentsClient<
+/// The generated client over a channel the executor can see A6's commit point through, with the
+/// demo's token.
+pub type Client = PaymentsClient<
     tonic::service::interceptor::InterceptedService<
         CommitObserver<Channel>,
         fn(Request<()>) -> Result<Request<()>, Status>,
@@ -86,7 +87,9 @@ pub fn retry_settings() -> Result<(RetrySettings, Arc<GrpcRetryBudget>)> {
     Ok((settings, Arc::new(GrpcRetryBudget::new(&throttling))))
 }
 
-async fn resolve(
+/// Asks the server what became of the payment with idempotency key `key` (the executor's
+/// resolve-first lookup).
+pub async fn resolve(
     mut client: Client,
     key: AsciiMetadataValue,
 ) -> Result<Resolution<Payment>, Status> {
