@@ -6,8 +6,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use crate::{
-    ClaimOutcome, GrpcOperationIdentity, LeaseDuration, LedgerError, OperationRecord,
-    OutcomeReference, RecordedFailure, RequestFingerprint, Version,
+    ClaimOutcome, Completion, GrpcOperationIdentity, LeaseDuration, LedgerError, OperationRecord,
+    OutcomeReference, RecordOutcome, RecordedFailure, RequestFingerprint, Version,
 };
 
 /// Whether a ledger's records survive a restart of the process that wrote them.
@@ -102,6 +102,27 @@ pub trait GrpcOperationLedger: Send + Sync {
         failure: &RecordedFailure,
     ) -> Result<Version, LedgerError>;
 
+    /// Records an operation as finished in one step, inside the unit of work that has already
+    /// made its effects (the guard's write-once mode): the row is written once, as `completion`
+    /// says, instead of claimed first and finished later. A unit that finds the identity
+    /// finished by another gets that record back (roll back and replay it); one that finds it in
+    /// progress gets `InProgress`; a different request under the key is
+    /// `KeyReusedWithDifferentRequest`; an expired claim is taken over as `claim` does. While
+    /// another unit's uncommitted record of the same identity exists, the call waits for it at
+    /// most the claim wait, then answers `InFlight`.
+    ///
+    /// The default claims and finishes in the same unit ([`record_by_claim`]); an adapter
+    /// overrides it with a single insert of the finished row where its store allows.
+    async fn record_finished(
+        &self,
+        identity: &GrpcOperationIdentity,
+        request: &RequestFingerprint,
+        lease: LeaseDuration,
+        completion: &Completion,
+    ) -> Result<RecordOutcome, LedgerError> {
+        record_by_claim(self, identity, request, lease, completion).await
+    }
+
     /// Reads an operation's record.
     async fn find(
         &self,
@@ -160,4 +181,33 @@ pub trait LedgerUnitsOfWork: Send + Sync {
 
     /// Whether the store's records survive a restart.
     fn durability(&self) -> LedgerDurability;
+}
+
+/// [`GrpcOperationLedger::record_finished`] in two steps: `claim`, then the transition, in the
+/// caller's unit of work (the claimed row is never seen by another unit before the commit). The
+/// trait's default, and an adapter's way when its one-step insert finds the identity taken.
+pub async fn record_by_claim<L: GrpcOperationLedger + ?Sized>(
+    ledger: &L,
+    identity: &GrpcOperationIdentity,
+    request: &RequestFingerprint,
+    lease: LeaseDuration,
+    completion: &Completion,
+) -> Result<RecordOutcome, LedgerError> {
+    match ledger.claim(identity, request, lease).await? {
+        ClaimOutcome::Claimed { version, .. } => {
+            let version = match completion {
+                Completion::Committed(outcome) => {
+                    ledger.mark_committed(identity, version, outcome).await?
+                }
+                Completion::Failed(failure) => {
+                    ledger.mark_failed(identity, version, failure).await?
+                }
+            };
+            Ok(RecordOutcome::Recorded(version))
+        }
+        ClaimOutcome::Completed(record) => Ok(RecordOutcome::Completed(record)),
+        ClaimOutcome::InProgress { retry_after, .. } => {
+            Ok(RecordOutcome::InProgress { retry_after })
+        }
+    }
 }

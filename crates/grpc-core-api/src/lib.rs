@@ -42,11 +42,11 @@ pub use identity::GrpcOperationIdentity;
 pub use key::{IdempotencyKey, IdempotencyKeyHash, KeyHasher};
 #[cfg(feature = "mock")]
 pub use ledger::MockGrpcOperationLedger;
-pub use ledger::{GrpcOperationLedger, LedgerDurability, LedgerUnitsOfWork};
+pub use ledger::{GrpcOperationLedger, LedgerDurability, LedgerUnitsOfWork, record_by_claim};
 pub use method::GrpcMethod;
 pub use record::{
     ClaimOutcome, Completion, LeaseDuration, OperationRecord, OperationState, OutcomeReference,
-    RecordedFailure, Version,
+    RecordOutcome, RecordedFailure, Version,
 };
 pub use status::{ERROR_INFO_DOMAIN, ErrorReason, REPLAYED_METADATA_KEY};
 pub use unit_per_call::UnitPerCall;

@@ -379,3 +379,19 @@ pub enum ClaimOutcome {
     /// The operation already finished: replay the record's outcome or failure.
     Completed(OperationRecord),
 }
+
+/// The answer to [`record_finished`](crate::GrpcOperationLedger::record_finished): whether this
+/// unit of work's finished operation is the one recorded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RecordOutcome {
+    /// The operation is recorded as finished at this version: commit the unit of work.
+    Recorded(Version),
+    /// Another unit finished this operation first: roll this one back and replay the record.
+    Completed(OperationRecord),
+    /// Another unit holds the operation in progress (a claim-first owner): roll back, and come
+    /// back after `retry_after`.
+    InProgress {
+        /// How long until that owner's lease runs out.
+        retry_after: Duration,
+    },
+}

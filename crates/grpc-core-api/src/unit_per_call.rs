@@ -6,9 +6,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use crate::{
-    ClaimOutcome, GrpcOperationIdentity, GrpcOperationLedger, LeaseDuration, LedgerDurability,
-    LedgerError, LedgerUnitsOfWork, OperationRecord, OutcomeReference, RecordedFailure,
-    RequestFingerprint, Version,
+    ClaimOutcome, Completion, GrpcOperationIdentity, GrpcOperationLedger, LeaseDuration,
+    LedgerDurability, LedgerError, LedgerUnitsOfWork, OperationRecord, OutcomeReference,
+    RecordOutcome, RecordedFailure, RequestFingerprint, Version,
 };
 
 /// The ledger on `U`'s store with each call in a unit of work of its own: begun, run, then
@@ -100,6 +100,22 @@ impl<U: LedgerUnitsOfWork> GrpcOperationLedger for UnitPerCall<U> {
             .units
             .ledger(&transaction)
             .mark_failed(identity, version, failure)
+            .await;
+        self.finish(transaction, answer).await
+    }
+
+    async fn record_finished(
+        &self,
+        identity: &GrpcOperationIdentity,
+        request: &RequestFingerprint,
+        lease: LeaseDuration,
+        completion: &Completion,
+    ) -> Result<RecordOutcome, LedgerError> {
+        let transaction = self.units.begin().await?;
+        let answer = self
+            .units
+            .ledger(&transaction)
+            .record_finished(identity, request, lease, completion)
             .await;
         self.finish(transaction, answer).await
     }

@@ -222,7 +222,7 @@ const CLAIM_WAIT_SETTING: &str = "2000ms";
 
 /// The adapter's three statements, sent directly through sqlx: the adapter's ideal.
 async fn raw_op(pool: &sqlx::PgPool, caller: usize, key: &str) -> Result<()> {
-    let [(_, claim), _, _, (_, commit), _, _] =
+    let [(_, claim), _, _, (_, commit), _, _, _] =
         statements(DbBackend::Postgres).context("PostgreSQL")?;
     let id = identity(caller, key);
     let (who, method, hash) = (
@@ -327,7 +327,7 @@ fn pgbench_binary() -> String {
 /// The adapter's exact statements as a pgbench script: placeholders become SQL expressions of
 /// pgbench variables, nothing else changes.
 fn pgbench_keyed_script() -> Result<String> {
-    let [(_, claim), _, _, (_, commit), _, _] =
+    let [(_, claim), _, _, (_, commit), _, _, _] =
         statements(DbBackend::Postgres).context("PostgreSQL")?;
     let identity = |sql: &str| {
         sql.replace("$3", "md5(:k || 'a') || md5(:k || 'b')")

@@ -7,7 +7,7 @@ use async_trait::async_trait;
 use grpc_core_api::{
     ClaimOutcome, Completion, GrpcOperationIdentity, GrpcOperationLedger, LeaseDuration,
     LedgerDurability, LedgerError, OperationRecord, OperationState, OutcomeReference,
-    RecordedFailure, RequestFingerprint, Version,
+    RecordOutcome, RecordedFailure, RequestFingerprint, Version, record_by_claim,
 };
 use sea_orm::{ConnectionTrait, DbBackend, QueryResult, Statement, Value};
 
@@ -164,26 +164,11 @@ where
         if self.backend() == DbBackend::Postgres {
             values.push(format!("{}ms", self.claim_wait.as_millis().max(1)).into());
         }
-        let mut statement = self.statement(
+        let statement = self.statement(
             sql.claim_or_read.as_ref().unwrap_or(&sql.claim_insert),
             values,
         );
-        // On MariaDB the wait's bound prefixes the statement (a number from the configuration,
-        // never request data); max_statement_time takes fractions of a second.
-        if self.backend() == DbBackend::MySql {
-            statement.sql = format!(
-                "SET STATEMENT max_statement_time={:.3} FOR {}",
-                self.claim_wait.as_secs_f64().max(0.001),
-                statement.sql
-            );
-        }
-        let row = match self.connection().query_one_raw(statement).await {
-            Ok(row) => row,
-            // MariaDB refuses the duplicate (1062): nothing was inserted.
-            Err(error) if is_duplicate_key(&error) => None,
-            Err(error) => return Err(map_db_err(error, phase)),
-        };
-        let Some(row) = row else {
+        let Some(row) = self.insert_only(statement, phase).await? else {
             return Ok(Inserted::Nothing(None));
         };
         // The one-statement form says which branch the row came from; the plain insert returns
@@ -203,6 +188,30 @@ where
             .and_then(|stored| Version::from_stored(stored).ok())
             .ok_or_else(|| LedgerError::internal("a fresh claim returned no version"))?;
         Ok(Inserted::Fresh(version))
+    }
+
+    /// Runs an insert that can only insert, bounded by the claim wait; its returned row, or
+    /// `None` when the identity exists (MariaDB refuses the duplicate with 1062; the others'
+    /// `ON CONFLICT DO NOTHING` returns nothing).
+    async fn insert_only(
+        &self,
+        mut statement: Statement,
+        phase: Phase,
+    ) -> Result<Option<QueryResult>, LedgerError> {
+        // On MariaDB the wait's bound prefixes the statement (a number from the configuration,
+        // never request data); max_statement_time takes fractions of a second.
+        if self.backend() == DbBackend::MySql {
+            statement.sql = format!(
+                "SET STATEMENT max_statement_time={:.3} FOR {}",
+                self.claim_wait.as_secs_f64().max(0.001),
+                statement.sql
+            );
+        }
+        match self.connection().query_one_raw(statement).await {
+            Ok(row) => Ok(row),
+            Err(error) if is_duplicate_key(&error) => Ok(None),
+            Err(error) => Err(map_db_err(error, phase)),
+        }
     }
 
     async fn transition(
@@ -309,6 +318,44 @@ where
         Err(LedgerError::InFlight {
             retry_after: lease.get(),
         })
+    }
+
+    /// One insert of the finished row; when the identity exists, the claim's way
+    /// ([`record_by_claim`]), which reads it, takes an expired claim over, or refuses.
+    async fn record_finished(
+        &self,
+        identity: &GrpcOperationIdentity,
+        request: &RequestFingerprint,
+        lease: LeaseDuration,
+        completion: &Completion,
+    ) -> Result<RecordOutcome, LedgerError> {
+        let sql = self.sql()?;
+        let mut values = identity_values(identity);
+        values.push(request.to_hex().into());
+        let (state, outcome, failure) = match completion {
+            Completion::Committed(outcome) => ("COMMITTED", Some(outcome.as_str()), None),
+            Completion::Failed(failure) => ("FAILED_TERMINAL", None, Some(failure)),
+        };
+        values.push(state.into());
+        values.push(i32::from(Version::random_salt()).into());
+        values.push(format!("{}ms", self.claim_wait.as_millis().max(1)).into());
+        values.push(outcome.map(str::to_owned).into());
+        values.push(failure.map(|f| f.code() as i32).into());
+        values.push(failure.map(|f| f.message().to_owned()).into());
+        values.push(failure.map(|f| f.details().to_vec()).into());
+        let phase = Phase::Claim {
+            wait: self.claim_wait,
+        };
+        let statement = self.statement(&sql.record_insert, values);
+        match self.insert_only(statement, phase).await? {
+            Some(row) => row
+                .try_get::<i64>("", "version")
+                .ok()
+                .and_then(|stored| Version::from_stored(stored).ok())
+                .map(RecordOutcome::Recorded)
+                .ok_or_else(|| LedgerError::internal("a fresh record returned no version")),
+            None => record_by_claim(self, identity, request, lease, completion).await,
+        }
     }
 
     async fn mark_committed(

@@ -66,6 +66,25 @@ const POSTGRES_CLAIM_OR_READ: &str = concat!(
     " AND NOT EXISTS (SELECT 1 FROM ins)"
 );
 
+/// Write-once record of a finished operation: one insert that can only insert, of the row as
+/// `record_finished` leaves it. `$4` request fingerprint, `$5` state (COMMITTED or
+/// FAILED_TERMINAL), `$6` the version's salt, `$7` PostgreSQL's wait bound (as the claim's),
+/// `$8` outcome reference, `$9`-`$11` failure code, message and details (NULL where the state has
+/// none). Claimed, leased and completed at the same instant of the store's clock.
+const RECORD_INSERT: &str = "INSERT INTO grpc_operation_ledger \
+    (caller_fingerprint, full_method_name, idempotency_key_hash, request_fingerprint, \
+     state, version, claimed_at, lease_expires_at, completed_at, outcome_reference, \
+     failure_code, failure_message, failure_details) \
+    SELECT $1, $2, $3, $4, $5, clock.now * 1048576 + $6, clock.now, clock.now, clock.now, \
+    $8, $9, $10, $11 \
+    FROM (SELECT {now} AS now{wait_bound}) AS clock WHERE true \
+    {on_conflict}RETURNING version";
+
+/// The insert's refusal of an existing identity, where the store has the clause (MariaDB refuses
+/// with 1062 instead, read as "not inserted").
+const ON_CONFLICT_DO_NOTHING: &str =
+    "ON CONFLICT (caller_fingerprint, full_method_name, idempotency_key_hash) DO NOTHING ";
+
 /// The row of one identity, with the store's clock.
 const SELECT_RECORD: &str = concat!(
     "SELECT request_fingerprint, state, version, claimed_at, lease_expires_at, completed_at, \
@@ -168,6 +187,8 @@ pub(crate) struct Sql {
     pub(crate) mark_committed: Stmt,
     pub(crate) mark_failed: Stmt,
     pub(crate) purge: Stmt,
+    /// The write-once record of a finished operation.
+    pub(crate) record_insert: Stmt,
 }
 
 /// How a dialect writes placeholders.
@@ -198,6 +219,10 @@ impl Sql {
                             .as_str(),
                         SELECT_RECORD,
                         PURGE,
+                        RECORD_INSERT
+                            .replace("{wait_bound}", POSTGRES_WAIT_BOUND)
+                            .replace("{on_conflict}", ON_CONFLICT_DO_NOTHING)
+                            .as_str(),
                     ],
                 );
                 sql.claim_or_read = Some(render(
@@ -214,6 +239,10 @@ impl Sql {
                         CLAIM_INSERT.replace("{wait_bound}", "").as_str(),
                         SELECT_RECORD,
                         PURGE,
+                        RECORD_INSERT
+                            .replace("{wait_bound}", "")
+                            .replace("{on_conflict}", ON_CONFLICT_DO_NOTHING)
+                            .as_str(),
                     ],
                 )
             })),
@@ -221,16 +250,29 @@ impl Sql {
                 Self::build(
                     MYSQL_NOW,
                     Placeholders::Question,
-                    [MYSQL_CLAIM_INSERT, SELECT_RECORD, MYSQL_PURGE],
+                    [
+                        MYSQL_CLAIM_INSERT,
+                        SELECT_RECORD,
+                        MYSQL_PURGE,
+                        RECORD_INSERT
+                            .replace("{wait_bound}", "")
+                            .replace(" WHERE true", "")
+                            .replace("{on_conflict}", "")
+                            .as_str(),
+                    ],
                 )
             })),
             _ => None,
         }
     }
 
-    /// The dialect's statements; `[claim, select, purge]` are the templates that differ by
-    /// dialect, the transitions are shared.
-    fn build(now: &str, placeholders: Placeholders, [claim, select, purge]: [&str; 3]) -> Self {
+    /// The dialect's statements; `[claim, select, purge, record]` are the templates that differ
+    /// by dialect, the transitions are shared.
+    fn build(
+        now: &str,
+        placeholders: Placeholders,
+        [claim, select, purge, record]: [&str; 4],
+    ) -> Self {
         let render = |template: &str| render(&template.replace("{now}", now), placeholders);
         Self {
             claim_insert: render(claim),
@@ -240,6 +282,7 @@ impl Sql {
             mark_committed: render(MARK_COMMITTED),
             mark_failed: render(MARK_FAILED),
             purge: render(purge),
+            record_insert: render(record),
         }
     }
 }
@@ -284,7 +327,7 @@ fn render(template: &str, style: Placeholders) -> Stmt {
 /// the ledger does not support. On PostgreSQL the adapter claims with the one-round-trip form of
 /// `claim` (which reads the existing row in the same statement), and on MariaDB it prefixes the
 /// claim with its wait bound (`SET STATEMENT max_statement_time=...`).
-pub fn statements(backend: DbBackend) -> Option<[(&'static str, &'static str); 6]> {
+pub fn statements(backend: DbBackend) -> Option<[(&'static str, &'static str); 7]> {
     let sql = Sql::for_backend(backend)?;
     Some([
         ("claim", sql.claim_insert.text.as_str()),
@@ -293,6 +336,10 @@ pub fn statements(backend: DbBackend) -> Option<[(&'static str, &'static str); 6
         ("mark committed", sql.mark_committed.text.as_str()),
         ("mark failed", sql.mark_failed.text.as_str()),
         ("purge", sql.purge.text.as_str()),
+        (
+            "record finished (write-once)",
+            sql.record_insert.text.as_str(),
+        ),
     ])
 }
 

@@ -205,4 +205,33 @@ async fn postgres_statements_use_the_whole_primary_key() {
     txn.rollback().await.unwrap();
 }
 
-on_both_stores!(claim_emits_one_insert_on_conflict_and_never_an_update_on_the_insert_path);
+
+/// Write-once: a new identity is recorded finished by one insert of the finished row, never a
+/// claim and a transition; only a duplicate goes the claim's way (insert, then read).
+async fn record_finished_is_one_insert_of_the_finished_row(store: Store) {
+    let t = fresh(store).await;
+    let recording = Recording::on(&t.db);
+    let ledger = SeaOrmOperationLedger::new(&recording);
+    let id = identity("tenant-a", CREATE, "once");
+    let completion = Completion::Committed(outcome("p"));
+    let recorded = ledger
+        .record_finished(&id, &fingerprint("x"), lease(30_000), &completion)
+        .await
+        .unwrap();
+    assert!(matches!(recorded, RecordOutcome::Recorded(_)), "{recorded:?}");
+    let insert_path = std::mem::take(&mut *recording.log.lock().unwrap());
+    assert_eq!(insert_path.len(), 1, "{insert_path:#?}");
+    assert!(insert_path[0].contains("INSERT INTO grpc_operation_ledger"));
+    assert!(!insert_path[0].contains("UPDATE") && !insert_path[0].contains("IGNORE"));
+    assert!(insert_path[0].contains("completed_at, outcome_reference"));
+    let duplicate = ledger
+        .record_finished(&id, &fingerprint("x"), lease(30_000), &completion)
+        .await
+        .unwrap();
+    assert!(matches!(duplicate, RecordOutcome::Completed(_)), "{duplicate:?}");
+}
+
+on_both_stores!(
+    claim_emits_one_insert_on_conflict_and_never_an_update_on_the_insert_path,
+    record_finished_is_one_insert_of_the_finished_row
+);
