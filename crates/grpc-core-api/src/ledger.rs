@@ -205,7 +205,7 @@ pub async fn record_by_claim<L: GrpcOperationLedger + ?Sized>(
             };
             Ok(RecordOutcome::Recorded(version))
         }
-        ClaimOutcome::Completed(record) => Ok(RecordOutcome::Completed(record)),
+        ClaimOutcome::Completed(record) => Ok(RecordOutcome::Completed(Box::new(record))),
         ClaimOutcome::InProgress { retry_after, .. } => {
             Ok(RecordOutcome::InProgress { retry_after })
         }

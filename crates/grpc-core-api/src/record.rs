@@ -387,7 +387,7 @@ pub enum RecordOutcome {
     /// The operation is recorded as finished at this version: commit the unit of work.
     Recorded(Version),
     /// Another unit finished this operation first: roll this one back and replay the record.
-    Completed(OperationRecord),
+    Completed(Box<OperationRecord>),
     /// Another unit holds the operation in progress (a claim-first owner): roll back, and come
     /// back after `retry_after`.
     InProgress {

@@ -1045,7 +1045,7 @@ pub async fn record_finished_writes_once_and_replays<F: LedgerFixture>(fixture: 
         .record_finished(&id, &request("x"), lease(LONG), &done("payment-2"))
         .await
         .expect("record a duplicate");
-    assert_eq!(duplicate, RecordOutcome::Completed(record));
+    assert_eq!(duplicate, RecordOutcome::Completed(Box::new(record)));
     unit.rollback().await.expect("rollback");
     assert_eq!(store.business_rows("write-once").await, 1, "one effect");
 

@@ -205,7 +205,6 @@ async fn postgres_statements_use_the_whole_primary_key() {
     txn.rollback().await.unwrap();
 }
 
-
 /// Write-once: a new identity is recorded finished by one insert of the finished row, never a
 /// claim and a transition; only a duplicate goes the claim's way (insert, then read).
 async fn record_finished_is_one_insert_of_the_finished_row(store: Store) {
@@ -218,7 +217,10 @@ async fn record_finished_is_one_insert_of_the_finished_row(store: Store) {
         .record_finished(&id, &fingerprint("x"), lease(30_000), &completion)
         .await
         .unwrap();
-    assert!(matches!(recorded, RecordOutcome::Recorded(_)), "{recorded:?}");
+    assert!(
+        matches!(recorded, RecordOutcome::Recorded(_)),
+        "{recorded:?}"
+    );
     let insert_path = std::mem::take(&mut *recording.log.lock().unwrap());
     assert_eq!(insert_path.len(), 1, "{insert_path:#?}");
     assert!(insert_path[0].contains("INSERT INTO grpc_operation_ledger"));
@@ -228,7 +230,10 @@ async fn record_finished_is_one_insert_of_the_finished_row(store: Store) {
         .record_finished(&id, &fingerprint("x"), lease(30_000), &completion)
         .await
         .unwrap();
-    assert!(matches!(duplicate, RecordOutcome::Completed(_)), "{duplicate:?}");
+    assert!(
+        matches!(duplicate, RecordOutcome::Completed(_)),
+        "{duplicate:?}"
+    );
 }
 
 on_both_stores!(
