@@ -1,7 +1,8 @@
 //! What the guard and the executor cost per gRPC call: the demo's `CreatePayment` over tonic on
-//! loopback, its handler inserting one payment row, measured in three variants in one run:
+//! loopback, its handler inserting one payment row, measured in four variants in one run:
 //! an unguarded handler (the baseline: the same insert in its own unit of work), the guarded
-//! handler (claim, insert, transition, commit), and the guarded handler called through the
+//! handler claim-first (claim, insert, transition, commit) and write-once (insert, one record of
+//! the finished operation, commit), and the claim-first handler called through the
 //! `RetryExecutor` instead of the bare generated client. Plus the request fingerprint's cost next
 //! to SHA-256 of the raw request bytes.
 
@@ -24,7 +25,7 @@ use grpc_ledger_demo::{
 };
 use grpc_operation_ledger_seaorm::{LedgerConfig, SeaOrmUnitsOfWork};
 use grpc_policy::MethodClass;
-use grpc_tonic::{CommitObserver, IDEMPOTENCY_KEY_HEADER, RetryExecutor};
+use grpc_tonic::{CommitObserver, GuardMode, IDEMPOTENCY_KEY_HEADER, RetryExecutor};
 use sea_orm::DatabaseConnection;
 use tonic::metadata::AsciiMetadataValue;
 use tonic::transport::Channel;
@@ -151,8 +152,17 @@ pub(crate) async fn end_to_end(
     let guarded = serve_on_loopback(grpc_ledger_demo::service(
         db,
         config,
-        no_faults,
+        GuardMode::ClaimFirst,
+        Arc::clone(&no_faults),
         &format!("g-{label}-{run}"),
+    )?)
+    .await?;
+    let write_once = serve_on_loopback(grpc_ledger_demo::service(
+        db,
+        config,
+        GuardMode::WriteOnceInTransactionOnly,
+        no_faults,
+        &format!("w-{label}-{run}"),
     )?)
     .await?;
     let (settings, budget) = retry_settings()?;
@@ -171,6 +181,15 @@ pub(crate) async fn end_to_end(
         .await?;
         let (client, prefix) = (guarded.clone(), tag("g"));
         let keyed = drive(
+            clients,
+            plan.seconds,
+            Arc::new(move |task, i| {
+                Box::pin(bare_call(client.clone(), format!("{prefix}-{task}-{i}")))
+            }),
+        )
+        .await?;
+        let (client, prefix) = (write_once.clone(), tag("w"));
+        let once = drive(
             clients,
             plan.seconds,
             Arc::new(move |task, i| {
@@ -199,6 +218,18 @@ pub(crate) async fn end_to_end(
             keyed.ops_per_second,
             &base_fig,
         );
+        let once_fig = compared(
+            at("guarded write-once ops/s"),
+            "ops/s",
+            once.ops_per_second,
+            &base_fig,
+        );
+        let once_vs_claim_first = compared(
+            at("write-once vs claim-first ops/s"),
+            "ops/s",
+            once.ops_per_second,
+            &keyed_fig,
+        );
         let executed_fig = compared(
             at("guarded via executor ops/s"),
             "ops/s",
@@ -210,12 +241,15 @@ pub(crate) async fn end_to_end(
         figures.extend([
             base_fig,
             keyed_fig,
+            once_fig,
+            once_vs_claim_first,
             executed_fig,
             base_p50,
             keyed_p50,
             figure(at("unguarded p99"), "ms", base.p99_ms),
             figure(at("guarded p99"), "ms", keyed.p99_ms),
             figure(at("guarded via executor p50"), "ms", executed.p50_ms),
+            figure(at("guarded write-once p50"), "ms", once.p50_ms),
         ]);
         eprintln!("measured end to end on {label} at {clients} client(s)");
     }

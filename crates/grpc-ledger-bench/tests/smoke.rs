@@ -18,6 +18,8 @@ async fn the_harness_runs_every_group_and_reports_ratios() {
         "growth: claim p50 at 200 rows",
         "sqlite: keyed, one writer",
         "e2e postgres guarded ops/s @2",
+        "e2e postgres guarded write-once ops/s @2",
+        "write c=2 keyed write-once vs claim-first",
         "e2e postgres guarded via executor ops/s @2",
         "e2e sqlite guarded ops/s @2",
         "fingerprint: canonical, schema-aware",

@@ -192,10 +192,12 @@ pub async fn open_store(
     Ok((db, config))
 }
 
-/// The payments service on `db`, with the fault layer `faults` after each commit.
+/// The payments service on `db`, its guard in `mode`, with the fault layer `faults` after each
+/// commit.
 pub fn service(
     db: &sea_orm::DatabaseConnection,
     config: &grpc_operation_ledger_seaorm::LedgerConfig,
+    mode: grpc_tonic::GuardMode,
     faults: std::sync::Arc<Faults>,
     id_prefix: &str,
 ) -> anyhow::Result<PaymentsService> {
@@ -206,7 +208,9 @@ pub fn service(
         grpc_tonic::GuardConfig::new(
             hasher,
             grpc_core_api::RequestSchema::from_file_descriptor_set(DESCRIPTOR_SET)?,
-        ),
+        )
+        // Write-once fits the demo's handler: its one effect is the payment row, in the unit.
+        .with_mode(mode),
     );
     Ok(PaymentsService::new(guard, faults, id_prefix))
 }
@@ -242,6 +246,16 @@ pub async fn run_demo(
     faults: FaultOptions,
     client: &ClientOptions,
 ) -> anyhow::Result<DemoReport> {
+    run_demo_in(grpc_tonic::GuardMode::ClaimFirst, store, faults, client).await
+}
+
+/// [`run_demo`] with the guard in `mode`.
+pub async fn run_demo_in(
+    mode: grpc_tonic::GuardMode,
+    store: &Store,
+    faults: FaultOptions,
+    client: &ClientOptions,
+) -> anyhow::Result<DemoReport> {
     let (db, config) = open_store(store).await?;
     let fault_layer = std::sync::Arc::new(Faults::new(
         faults.drop_rate,
@@ -252,6 +266,7 @@ pub async fn run_demo(
     let service = service(
         &db,
         &config,
+        mode,
         std::sync::Arc::clone(&fault_layer),
         &format!("pay-{}", client.run_id),
     )?;

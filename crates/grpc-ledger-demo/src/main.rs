@@ -5,10 +5,11 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use clap::Parser;
 use grpc_ledger_demo::{
-    ClientOptions, FaultOptions, Faults, INJECTED_DELAY, Store, open_store, run_client, run_demo,
-    serve, service,
+    ClientOptions, FaultOptions, Faults, INJECTED_DELAY, Store, open_store, run_client,
+    run_demo_in, serve, service,
 };
 use grpc_operation_ledger_seaorm::{Pooler, SeaOrmUnitsOfWork};
+use grpc_tonic::GuardMode;
 
 /// Runs the payments service on a loopback port and a client that loses responses on purpose,
 /// then reconciles the payments table against what the client was told.
@@ -44,6 +45,11 @@ struct Args {
     /// outside a transaction.
     #[arg(long, requires = "database_url")]
     transaction_pooler: bool,
+    /// When the guard writes the ledger row: `claim-first` (before the handler; safe for any
+    /// handler) or `write-once` (once, finished, after the handler in the same transaction: for
+    /// handlers whose every effect is in that transaction, as the demo's is).
+    #[arg(long, value_enum, default_value_t = Mode::ClaimFirst)]
+    mode: Mode,
     /// The SQLite file (default: a fresh file in the temporary directory, removed afterwards).
     #[arg(long)]
     sqlite: Option<std::path::PathBuf>,
@@ -56,6 +62,22 @@ struct Args {
     /// Names this run's keys and accounts (default: from the clock).
     #[arg(long)]
     run_id: Option<String>,
+}
+
+/// The guard's modes on the command line.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum Mode {
+    ClaimFirst,
+    WriteOnce,
+}
+
+impl From<Mode> for GuardMode {
+    fn from(mode: Mode) -> Self {
+        match mode {
+            Mode::ClaimFirst => GuardMode::ClaimFirst,
+            Mode::WriteOnce => GuardMode::WriteOnceInTransactionOnly,
+        }
+    }
 }
 
 #[tokio::main]
@@ -110,11 +132,13 @@ async fn main() -> ExitCode {
         }
     );
     let outcome = match (args.serve, args.connect) {
-        (Some(addr), _) => serve_only(&store, faults, addr, &run_id)
+        (Some(addr), _) => serve_only(&store, args.mode.into(), faults, addr, &run_id)
             .await
             .map(|()| None),
         (None, Some(addr)) => connect_only(&store, addr, &client).await.map(Some),
-        (None, None) => run_demo(&store, faults, &client).await.map(Some),
+        (None, None) => run_demo_in(args.mode.into(), &store, faults, &client)
+            .await
+            .map(Some),
     };
     if args.database_url.is_none() && args.sqlite.is_none() {
         for suffix in ["", "-wal", "-shm"] {
@@ -141,6 +165,7 @@ async fn main() -> ExitCode {
 /// Serves until interrupted or killed.
 async fn serve_only(
     store: &Store,
+    mode: GuardMode,
     faults: FaultOptions,
     addr: std::net::SocketAddr,
     run_id: &str,
@@ -154,7 +179,7 @@ async fn serve_only(
     ));
     // A restarted server must not reuse a payment id of the process it replaces.
     let prefix = format!("pay-{run_id}-{}", std::process::id());
-    let service = service(&db, &config, layer, &prefix)?;
+    let service = service(&db, &config, mode, layer, &prefix)?;
     let listener = tokio::net::TcpListener::bind(addr).await?;
     println!("listening on {}", listener.local_addr()?);
     serve(listener, service, async {

@@ -3,8 +3,9 @@
 
 use std::time::Duration;
 
-use grpc_ledger_demo::{ClientOptions, FaultOptions, Store, run_demo};
+use grpc_ledger_demo::{ClientOptions, FaultOptions, Store, run_demo, run_demo_in};
 use grpc_operation_ledger_seaorm::Pooler;
+use grpc_tonic::GuardMode;
 
 fn client(run_id: &str) -> ClientOptions {
     ClientOptions {
@@ -115,4 +116,38 @@ async fn exactly_once_on_mariadb_with_half_the_responses_lost() {
     .await
     .unwrap();
     assert_exactly_once(&report);
+}
+
+/// The guard in write-once mode (the demo's handler has no effect outside its transaction), on
+/// SQLite and on PostgreSQL: the same promise.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn exactly_once_in_write_once_mode_on_sqlite_and_postgres() {
+    let file = std::env::temp_dir().join(format!("demo-once-{}.sqlite", std::process::id()));
+    let url = std::env::var("DATABASE_URL").ok().filter(|u| !u.is_empty()).unwrap_or_else(|| {
+        panic!("DATABASE_URL is not set: run `cargo xtask test`, or `cargo xtask pg start` and export DATABASE_URL=$(cargo xtask pg url)")
+    });
+    let stores = [
+        (Store::Sqlite(file.clone()), "oncesqlite".to_owned()),
+        (
+            Store::Server {
+                url,
+                pooler: Pooler::None,
+            },
+            format!("oncepg{}", std::process::id()),
+        ),
+    ];
+    for (store, run_id) in stores {
+        let report = run_demo_in(
+            GuardMode::WriteOnceInTransactionOnly,
+            &store,
+            FAULTS,
+            &client(&run_id),
+        )
+        .await
+        .unwrap();
+        assert_exactly_once(&report);
+    }
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", file.display()));
+    }
 }

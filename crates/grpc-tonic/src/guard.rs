@@ -6,8 +6,9 @@ use std::time::Duration;
 
 use grpc_core_api::{
     ClaimOutcome, Completion, GrpcMethod, GrpcOperationIdentity, IdempotencyKey, InvalidInput,
-    KeyHasher, LeaseDuration, LedgerError, LedgerUnitsOfWork, OutcomeReference,
-    REPLAYED_METADATA_KEY, RecordedFailure, RequestFingerprint, RequestSchema, Version,
+    KeyHasher, LeaseDuration, LedgerError, LedgerUnitsOfWork, OperationRecord, OutcomeReference,
+    REPLAYED_METADATA_KEY, RecordOutcome, RecordedFailure, RequestFingerprint, RequestSchema,
+    Version,
 };
 use prost::Message;
 use tonic::metadata::{MetadataMap, MetadataValue};
@@ -31,6 +32,28 @@ pub struct GuardConfig {
     /// computed over their canonical form, so that a retry whose maps arrive in another order
     /// (or from another client library) is recognised as the same request.
     pub request_schema: Arc<RequestSchema>,
+    /// When the ledger row is written: before the handler (the default), or once, finished, after
+    /// it (only for handlers whose every effect is in the unit's transaction).
+    pub mode: GuardMode,
+}
+
+/// When the guard writes an operation's ledger row.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum GuardMode {
+    /// Claim before the handler runs, finish the claim after: a duplicate arriving while the
+    /// handler runs waits (or is told it is in flight) and never runs the handler. Safe for any
+    /// handler, including one with effects outside the transaction (a call to another service).
+    #[default]
+    ClaimFirst,
+    /// Run the handler first, then write the ledger row once, already finished, in the same
+    /// transaction just before the commit: one row write instead of two. The price: duplicates
+    /// that arrive together each run the handler until one commits; the others then find the
+    /// committed row, roll their transaction back (their effects with it) and replay. So this mode
+    /// is only for handlers whose **every** effect is in the unit's transaction; an effect
+    /// anywhere else (a message sent, another service called) would happen once per duplicate.
+    /// A finished operation is looked up before the handler runs, so a retry of one that already
+    /// committed replays without running it.
+    WriteOnceInTransactionOnly,
 }
 
 impl GuardConfig {
@@ -41,7 +64,14 @@ impl GuardConfig {
             lease: LeaseDuration::new(Duration::from_secs(30)).expect("30 s is a valid lease"),
             hasher,
             request_schema: Arc::new(request_schema),
+            mode: GuardMode::ClaimFirst,
         }
+    }
+
+    /// This configuration in `mode`.
+    pub fn with_mode(mut self, mode: GuardMode) -> Self {
+        self.mode = mode;
+        self
     }
 }
 
@@ -185,11 +215,126 @@ where
         let guard = self.clone();
         let method = method.clone();
         to_the_end(async move {
-            guard
-                .run_unit(&method, identity, fingerprint, message, handler, replay)
-                .await
+            match guard.config.mode {
+                GuardMode::ClaimFirst => {
+                    guard
+                        .run_unit(&method, identity, fingerprint, message, handler, replay)
+                        .await
+                }
+                GuardMode::WriteOnceInTransactionOnly => {
+                    guard
+                        .run_write_once(&method, identity, fingerprint, message, handler, replay)
+                        .await
+                }
+            }
         })
         .await
+    }
+
+    /// [`GuardMode::WriteOnceInTransactionOnly`]'s unit of work: look up, handler, one record of
+    /// the finished operation, commit; or, when another unit finished it first, roll back and
+    /// replay.
+    async fn run_write_once<M, R, H, HF, P, PF>(
+        &self,
+        method: &GrpcMethod,
+        identity: GrpcOperationIdentity,
+        fingerprint: RequestFingerprint,
+        message: M,
+        handler: H,
+        replay: P,
+    ) -> Result<Response<R>, Status>
+    where
+        M: Message + Send,
+        R: Send,
+        H: FnOnce(Arc<U::Transaction>, M) -> HF + Send,
+        HF: Future<Output = Result<Committed<R>, HandlerError>> + Send,
+        P: FnOnce(Arc<U::Transaction>, OutcomeReference) -> PF + Send,
+        PF: Future<Output = Result<R, Status>> + Send,
+    {
+        let transaction = Arc::new(self.units.begin().await.map_err(Status::from)?);
+        // A retry of an operation that finished long ago replays without running the handler.
+        let found = self.units.ledger(&transaction).find(&identity).await;
+        let finished = match found {
+            Err(error) => {
+                self.roll_back(transaction).await;
+                return Err(error.into());
+            }
+            Ok(found) => found.filter(|record| record.state().is_terminal()),
+        };
+        if let Some(record) = finished {
+            if record.request_fingerprint != fingerprint {
+                self.roll_back(transaction).await;
+                return Err(LedgerError::KeyReusedWithDifferentRequest.into());
+            }
+            return self
+                .replay_and_roll_back(method, transaction, record, replay)
+                .await;
+        }
+        let (completion, answer) = match handler(Arc::clone(&transaction), message).await {
+            Ok(Committed { response, outcome }) => {
+                (Completion::Committed(outcome), Ok(Response::new(response)))
+            }
+            Err(HandlerError::Terminal(status)) => match RecordedFailure::from_status(&status) {
+                Some(failure) => (Completion::Failed(failure), Err(status)),
+                None => {
+                    self.roll_back(transaction).await;
+                    return Err(Status::internal("a terminal failure needs a non-OK status"));
+                }
+            },
+            Err(HandlerError::Transient(status)) => {
+                self.roll_back(transaction).await;
+                return Err(status);
+            }
+        };
+        let recorded = self
+            .units
+            .ledger(&transaction)
+            .record_finished(&identity, &fingerprint, self.config.lease, &completion)
+            .await;
+        match recorded {
+            Ok(RecordOutcome::Recorded(_)) => {
+                self.commit(transaction).await?;
+                answer
+            }
+            Ok(RecordOutcome::Completed(record)) => {
+                tracing::debug!(method = %method, "a duplicate finished first; rolling back to replay it");
+                self.replay_and_roll_back(method, transaction, *record, replay)
+                    .await
+            }
+            Ok(RecordOutcome::InProgress { retry_after }) => {
+                self.roll_back(transaction).await;
+                Err(LedgerError::InFlight { retry_after }.into())
+            }
+            Err(error) => {
+                self.roll_back(transaction).await;
+                Err(error.into())
+            }
+        }
+    }
+
+    /// Answers a duplicate from `record` (the replayed outcome, or the recorded failure) and rolls
+    /// the unit of work back.
+    async fn replay_and_roll_back<R, P, PF>(
+        &self,
+        method: &GrpcMethod,
+        transaction: Arc<U::Transaction>,
+        record: OperationRecord,
+        replay: P,
+    ) -> Result<Response<R>, Status>
+    where
+        P: FnOnce(Arc<U::Transaction>, OutcomeReference) -> PF + Send,
+        PF: Future<Output = Result<R, Status>> + Send,
+    {
+        tracing::debug!(method = %method, state = %record.state(), "replaying a finished operation");
+        let answer = match record.finished {
+            Some((_, Completion::Committed(outcome))) => replay(Arc::clone(&transaction), outcome)
+                .await
+                .map(replayed),
+            Some((_, Completion::Failed(failure))) => Err(replayed_failure(&failure)),
+            None => Err(Status::internal("a completed operation has no outcome")),
+        };
+        self.roll_back(transaction).await;
+        answer
     }
 
     /// The unit of work of [`run`](Self::run): claim, handler or replay, transition, commit.
@@ -228,18 +373,8 @@ where
                 Err(LedgerError::InFlight { retry_after }.into())
             }
             Ok(ClaimOutcome::Completed(record)) => {
-                tracing::debug!(method = %method, state = %record.state(), "replaying a finished operation");
-                let answer = match record.finished {
-                    Some((_, Completion::Committed(outcome))) => {
-                        replay(Arc::clone(&transaction), outcome)
-                            .await
-                            .map(replayed)
-                    }
-                    Some((_, Completion::Failed(failure))) => Err(replayed_failure(&failure)),
-                    None => Err(Status::internal("a completed operation has no outcome")),
-                };
-                self.roll_back(transaction).await;
-                answer
+                self.replay_and_roll_back(method, transaction, record, replay)
+                    .await
             }
             Ok(ClaimOutcome::Claimed { version, took_over }) => {
                 tracing::debug!(method = %method, took_over, "claimed; running the handler");

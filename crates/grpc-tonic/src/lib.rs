@@ -20,7 +20,7 @@ pub use caller::{
 };
 pub use commit::{CommitObserver, CommitObserverLayer};
 pub use executor::{ExecutorStats, Resolution, RetryExecutor, RetrySettings};
-pub use guard::{Committed, GuardConfig, HandlerError, KeyedMutationGuard, Resolved};
+pub use guard::{Committed, GuardConfig, GuardMode, HandlerError, KeyedMutationGuard, Resolved};
 pub use transport::{TransportFailure, classify as transport_failure};
 
 /// The request metadata that carries the caller's idempotency key, unless configured otherwise.

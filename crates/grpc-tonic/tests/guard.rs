@@ -9,7 +9,8 @@ use async_trait::async_trait;
 use grpc_core_api::*;
 use grpc_ledger_contract_tests::{InMemoryStore, InMemoryUnit};
 use grpc_tonic::{
-    AuthenticatedPrincipal, Committed, GuardConfig, HandlerError, KeyedMutationGuard, Resolved,
+    AuthenticatedPrincipal, Committed, GuardConfig, GuardMode, HandlerError, KeyedMutationGuard,
+    Resolved,
 };
 use tonic::{Code, Request, Status};
 use tonic_types::StatusExt;
@@ -688,4 +689,99 @@ async fn a_caller_that_goes_away_mid_handler_does_not_cut_the_unit_short() {
     assert_eq!(retry.get_ref(), "payment-10");
     assert!(retry.metadata().get(REPLAYED_METADATA_KEY).is_some());
     assert_eq!(runs.load(Ordering::SeqCst), 0, "the retry was a replay");
+}
+
+/// Write-once mode: the handler runs first and the ledger row is written once, finished; a retry
+/// of a finished operation replays without running the handler again, and a key reused with
+/// another request is refused.
+#[tokio::test]
+async fn write_once_mode_replays_duplicates_and_runs_the_handler_once() {
+    let store = InMemoryStore::new(Duration::from_millis(200));
+    let guard = KeyedMutationGuard::new(
+        store.clone(),
+        guard_config().with_mode(GuardMode::WriteOnceInTransactionOnly),
+    );
+    let runs = Arc::new(AtomicU32::new(0));
+    let first = pay(
+        &guard,
+        request(10, Some("k-once"), Some("tenant-a")),
+        &runs,
+        Ok(()),
+    )
+    .await
+    .unwrap();
+    assert!(first.metadata().get(REPLAYED_METADATA_KEY).is_none());
+    let again = pay(
+        &guard,
+        request(10, Some("k-once"), Some("tenant-a")),
+        &runs,
+        Ok(()),
+    )
+    .await
+    .unwrap();
+    assert_eq!(again.get_ref(), "payment-10");
+    assert!(again.metadata().get(REPLAYED_METADATA_KEY).is_some());
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    let reused = pay(
+        &guard,
+        request(99, Some("k-once"), Some("tenant-a")),
+        &runs,
+        Ok(()),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(reused.code(), Code::FailedPrecondition);
+    assert_eq!(
+        grpc_ledger_contract_tests::LedgerStore::business_rows(&store, "payment-10").await,
+        1
+    );
+    assert_eq!(
+        grpc_ledger_contract_tests::LedgerStore::ledger_rows(&store).await,
+        1
+    );
+}
+
+/// Write-once mode under duplicates that arrive together: each may run the handler, but exactly
+/// one commits its effect; the others roll theirs back and replay it (or are told to retry).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn write_once_mode_commits_one_effect_under_concurrent_duplicates() {
+    let store = InMemoryStore::new(Duration::from_millis(500));
+    let guard = KeyedMutationGuard::new(
+        store.clone(),
+        guard_config().with_mode(GuardMode::WriteOnceInTransactionOnly),
+    );
+    let runs = Arc::new(AtomicU32::new(0));
+    let calls: Vec<_> = (0..8)
+        .map(|_| {
+            let (guard, runs) = (guard.clone(), Arc::clone(&runs));
+            tokio::spawn(async move {
+                pay(
+                    &guard,
+                    request(10, Some("k-race"), Some("tenant-a")),
+                    &runs,
+                    Ok(()),
+                )
+                .await
+            })
+        })
+        .collect();
+    let mut answered = 0;
+    for call in calls {
+        match call.await.unwrap() {
+            Ok(response) => {
+                assert_eq!(response.get_ref(), "payment-10");
+                answered += 1;
+            }
+            Err(status) => assert!(
+                matches!(status.code(), Code::Aborted | Code::Unavailable),
+                "{status:?}"
+            ),
+        }
+    }
+    assert!(answered >= 1);
+    assert_eq!(
+        grpc_ledger_contract_tests::LedgerStore::business_rows(&store, "payment-10").await,
+        1,
+        "one effect committed, whatever ran"
+    );
 }
