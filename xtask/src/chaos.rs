@@ -416,65 +416,58 @@ fn galera_scenarios(demo: &Path, payments: u32, interrupted: &AtomicBool) -> Res
     cluster.sql(0, "CREATE DATABASE demo")?;
     let mut summaries = Vec::new();
 
-    eprintln!("xtask: chaos scenario: galera, another node killed and rejoined");
-    let run_id = format!("galerarejoin{}", std::process::id());
-    let child = demo_command_at(demo, &cluster.url(0, "demo"), payments, &run_id)
-        .stdout(Stdio::piped())
-        .spawn()
-        .context("starting the demo")?;
-    let mut tick = 0;
-    let report = wait_with(child, interrupted, || {
-        tick += 1;
-        match tick {
-            5 => cluster.kill_node(2),
-            30 => cluster.restart_node(2),
-            _ => Ok(()),
-        }
-    })?;
-    if !cluster.is_running(2) {
-        cluster.restart_node(2)?;
-    }
-    same_payments_on_every_node(&cluster, &run_id, &report)?;
-    summaries.push(Summary {
-        scenario: "galera, node killed, rejoined",
-        faults: 1,
-        report,
-    });
-
-    eprintln!("xtask: chaos scenario: galera, the server's node killed, failover");
-    let proxy = proxy::Proxy::start(cluster.port(0))?;
-    let through_proxy = format!(
-        "mysql://{}@127.0.0.1:{}/demo",
-        format_args!("{}:{}", crate::mariadb::USER, crate::mariadb::PASSWORD),
-        proxy.port()
-    );
-    let run_id = format!("galerafailover{}", std::process::id());
-    let child = demo_command_at(demo, &through_proxy, payments, &run_id)
-        .stdout(Stdio::piped())
-        .spawn()
-        .context("starting the demo")?;
-    let mut tick = 0;
-    let report = wait_with(child, interrupted, || {
-        tick += 1;
-        match tick {
-            5 => {
-                cluster.kill_node(0)?;
-                proxy.switch_to(cluster.port(1));
-                Ok(())
+    let scenarios: [(&str, Option<proxy::Proxy>, usize); 2] = [
+        // Node 3 dies under a server that talks to node 1.
+        ("galera, node killed, rejoined", None, 2),
+        // Node 1, the server's own, dies behind a proxy that then fails over to node 2.
+        (
+            "galera, failover",
+            Some(proxy::Proxy::start(cluster.port(0))?),
+            0,
+        ),
+    ];
+    for (name, proxy, victim) in scenarios {
+        eprintln!("xtask: chaos scenario: {name}");
+        let url = match &proxy {
+            None => cluster.url(0, "demo"),
+            Some(proxy) => format!(
+                "mysql://{}:{}@127.0.0.1:{}/demo",
+                crate::mariadb::USER,
+                crate::mariadb::PASSWORD,
+                proxy.port()
+            ),
+        };
+        let tag: String = name.chars().filter(char::is_ascii_alphanumeric).collect();
+        let run_id = format!("{tag}{}", std::process::id());
+        let child = demo_command_at(demo, &url, payments, &run_id)
+            .stdout(Stdio::piped())
+            .spawn()
+            .context("starting the demo")?;
+        let mut tick = 0;
+        let report = wait_with(child, interrupted, || {
+            tick += 1;
+            match tick {
+                5 => {
+                    cluster.kill_node(victim)?;
+                    if let Some(proxy) = &proxy {
+                        proxy.switch_to(cluster.port(1));
+                    }
+                    Ok(())
+                }
+                30 => cluster.restart_node(victim),
+                _ => Ok(()),
             }
-            30 => cluster.restart_node(0),
-            _ => Ok(()),
+        })?;
+        if !cluster.is_running(victim) {
+            cluster.restart_node(victim)?;
         }
-    })?;
-    if !cluster.is_running(0) {
-        cluster.restart_node(0)?;
+        same_payments_on_every_node(&cluster, &run_id, &report)?;
+        summaries.push(Summary {
+            scenario: name,
+            faults: 1,
+            report,
+        });
     }
-    same_payments_on_every_node(&cluster, &run_id, &report)?;
-    summaries.push(Summary {
-        scenario: "galera, failover",
-        faults: 1,
-        report,
-    });
     Ok(summaries)
 }
 

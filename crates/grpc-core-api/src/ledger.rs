@@ -102,6 +102,20 @@ pub trait GrpcOperationLedger: Send + Sync {
         failure: &RecordedFailure,
     ) -> Result<Version, LedgerError>;
 
+    /// Finishes a claimed operation as `completion` says: [`mark_committed`](Self::mark_committed)
+    /// or [`mark_failed`](Self::mark_failed), for a caller that holds the completion as a value.
+    async fn mark_finished(
+        &self,
+        identity: &GrpcOperationIdentity,
+        version: Version,
+        completion: &Completion,
+    ) -> Result<Version, LedgerError> {
+        match completion {
+            Completion::Committed(outcome) => self.mark_committed(identity, version, outcome).await,
+            Completion::Failed(failure) => self.mark_failed(identity, version, failure).await,
+        }
+    }
+
     /// Records an operation as finished in one step, inside the unit of work that has already
     /// made its effects (the guard's write-once mode): the row is written once, as `completion`
     /// says, instead of claimed first and finished later. A unit that finds the identity
@@ -194,17 +208,9 @@ pub async fn record_by_claim<L: GrpcOperationLedger + ?Sized>(
     completion: &Completion,
 ) -> Result<RecordOutcome, LedgerError> {
     match ledger.claim(identity, request, lease).await? {
-        ClaimOutcome::Claimed { version, .. } => {
-            let version = match completion {
-                Completion::Committed(outcome) => {
-                    ledger.mark_committed(identity, version, outcome).await?
-                }
-                Completion::Failed(failure) => {
-                    ledger.mark_failed(identity, version, failure).await?
-                }
-            };
-            Ok(RecordOutcome::Recorded(version))
-        }
+        ClaimOutcome::Claimed { version, .. } => Ok(RecordOutcome::Recorded(
+            ledger.mark_finished(identity, version, completion).await?,
+        )),
         ClaimOutcome::Completed(record) => Ok(RecordOutcome::Completed(Box::new(record))),
         ClaimOutcome::InProgress { retry_after, .. } => {
             Ok(RecordOutcome::InProgress { retry_after })

@@ -175,24 +175,36 @@ fn executor(retryable: &[Code]) -> RetryExecutor {
     )
 }
 
-/// A refused stream is resent once at once, even for a method that is never retried and a policy
-/// that does not list the code: nothing reached the application.
-#[tokio::test]
-async fn the_executor_resends_a_refused_stream_once_transparently_whatever_the_method() {
-    let (addr, streams) = raw_server(refuse_first).await;
+/// One unkeyed call of `class` through `executor` to the server at `addr` (nothing to resolve).
+async fn unkeyed_call(
+    executor: &RetryExecutor,
+    addr: SocketAddr,
+    class: MethodClass,
+) -> Result<Response<Note>, Status> {
     let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
         .unwrap()
         .connect_lazy();
-    let executor = executor(&[Code::Aborted]);
-    let answer = executor
+    executor
         .call(
-            MethodClass::NonIdempotent,
-            Note { text: "pay".into() },
+            class,
+            Note {
+                text: "a call".into(),
+            },
             None,
             None,
             |request| unary(channel.clone(), request),
             || async { panic!("nothing to resolve") },
         )
+        .await
+}
+
+/// A refused stream is resent once at once, even for a method that is never retried and a policy
+/// that does not list the code: nothing reached the application.
+#[tokio::test]
+async fn the_executor_resends_a_refused_stream_once_transparently_whatever_the_method() {
+    let (addr, streams) = raw_server(refuse_first).await;
+    let executor = executor(&[Code::Aborted]);
+    let answer = unkeyed_call(&executor, addr, MethodClass::NonIdempotent)
         .await
         .unwrap();
     assert_eq!(answer.get_ref(), &Note::default());
@@ -211,21 +223,8 @@ async fn the_executor_resends_a_refused_stream_once_transparently_whatever_the_m
 #[tokio::test]
 async fn the_executor_reports_a_refused_stream_as_unavailable() {
     let (addr, streams) = raw_server(|_| Behaviour::Refuse).await;
-    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
-        .unwrap()
-        .connect_lazy();
     let executor = executor(&[Code::Aborted]);
-    let status = executor
-        .call(
-            MethodClass::Idempotent,
-            Note {
-                text: "read".into(),
-            },
-            None,
-            None,
-            |request| unary(channel.clone(), request),
-            || async { panic!("nothing to resolve") },
-        )
+    let status = unkeyed_call(&executor, addr, MethodClass::Idempotent)
         .await
         .unwrap_err();
     assert_eq!(status.code(), Code::Unavailable, "{status:?}");
@@ -278,21 +277,8 @@ async fn a_failure_after_response_headers_is_committed_and_never_retried() {
     ];
     for (case, script, expected_streams) in cases {
         let (addr, streams) = raw_server(script).await;
-        let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
-            .unwrap()
-            .connect_lazy();
         let executor = executor(&[Code::Unavailable]);
-        let status = executor
-            .call(
-                MethodClass::Idempotent,
-                Note {
-                    text: "read".into(),
-                },
-                None,
-                None,
-                |request| unary(channel.clone(), request),
-                || async { panic!("nothing to resolve") },
-            )
+        let status = unkeyed_call(&executor, addr, MethodClass::Idempotent)
             .await
             .unwrap_err();
         assert_eq!(status.code(), Code::Unavailable);

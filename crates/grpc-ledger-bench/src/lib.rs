@@ -285,6 +285,16 @@ async fn raw_op(pool: &sqlx::PgPool, caller: usize, key: &str) -> Result<()> {
 
 type Op = Arc<dyn Fn(usize, u64) -> Pin<Box<dyn Future<Output = Result<()>> + Send>> + Send + Sync>;
 
+/// `op(db, client, key)` as an [`Op`], each call with a fresh key named after `tag`.
+fn fresh_keys<F, Fut>(db: &DatabaseConnection, tag: String, op: F) -> Op
+where
+    F: Fn(DatabaseConnection, usize, String) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<()>> + Send + 'static,
+{
+    let db = db.clone();
+    Arc::new(move |task, i| Box::pin(op(db.clone(), task, format!("{tag}-{task}-{i}"))))
+}
+
 /// Throughput and latency of `op` with `clients` tasks for `seconds`.
 struct Measured {
     ops_per_second: f64,
@@ -501,36 +511,27 @@ pub async fn run_all(url: &str, plan: &Plan) -> Result<Vec<Figure>> {
     let mut figures = Vec::new();
     for &clients in &plan.clients {
         let run = |variant: &'static str| format!("{variant}-{clients}-{}", std::process::id());
-        let db1 = db.clone();
-        let tag = run("b");
         let business = drive(
             clients,
             plan.seconds,
-            Arc::new(move |task, i| {
-                let (db, key) = (db1.clone(), format!("{tag}-{task}-{i}"));
-                Box::pin(async move { business_op(&db, &key).await })
+            fresh_keys(&db, run("b"), |db, _, key| async move {
+                business_op(&db, &key).await
             }),
         )
         .await?;
-        let db2 = db.clone();
-        let tag = run("k");
         let keyed = drive(
             clients,
             plan.seconds,
-            Arc::new(move |task, i| {
-                let (db, key) = (db2.clone(), format!("{tag}-{task}-{i}"));
-                Box::pin(async move { keyed_op(&db, task, &key).await })
+            fresh_keys(&db, run("k"), |db, task, key| async move {
+                keyed_op(&db, task, &key).await
             }),
         )
         .await?;
-        let db3 = db.clone();
-        let tag = run("w");
         let write_once = drive(
             clients,
             plan.seconds,
-            Arc::new(move |task, i| {
-                let (db, key) = (db3.clone(), format!("{tag}-{task}-{i}"));
-                Box::pin(async move { write_once_op(&db, task, &key).await })
+            fresh_keys(&db, run("w"), |db, task, key| async move {
+                write_once_op(&db, task, &key).await
             }),
         )
         .await?;
@@ -872,23 +873,19 @@ async fn sqlite(plan: &Plan) -> Result<Vec<Figure>> {
     let db = open_sqlite(&file, &LedgerConfig::default()).await?;
     db.execute_unprepared("CREATE TABLE bench_business (business_key VARCHAR(128) PRIMARY KEY, amount BIGINT NOT NULL)")
         .await?;
-    let db1 = db.clone();
     let business = drive(
         1,
         plan.seconds,
-        Arc::new(move |_, i| {
-            let db = db1.clone();
-            Box::pin(async move { business_op(&db, &format!("sb-{i}")).await })
+        fresh_keys(&db, "sb".into(), |db, _, key| async move {
+            business_op(&db, &key).await
         }),
     )
     .await?;
-    let db2 = db.clone();
     let keyed = drive(
         1,
         plan.seconds,
-        Arc::new(move |_, i| {
-            let db = db2.clone();
-            Box::pin(async move { keyed_op(&db, 0, &format!("sk-{i}")).await })
+        fresh_keys(&db, "sk".into(), |db, _, key| async move {
+            keyed_op(&db, 0, &key).await
         }),
     )
     .await?;

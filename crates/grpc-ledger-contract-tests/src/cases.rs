@@ -558,7 +558,8 @@ pub async fn concurrent_claims_have_exactly_one_owner<F: LedgerFixture>(fixture:
     }
 }
 
-/// 32 units race to complete one claim: exactly one wins (review 17.2).
+/// 32 units race to complete one claim: exactly one wins (a transition is one UPDATE conditional
+/// on state and version: ADR 0002).
 pub async fn concurrent_transitions_have_exactly_one_winner<F: LedgerFixture>(fixture: &F) {
     let capabilities = fixture.capabilities();
     let store = Arc::new(fixture.fresh_store().await);

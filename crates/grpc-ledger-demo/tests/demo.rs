@@ -23,6 +23,22 @@ const FAULTS: FaultOptions = FaultOptions {
     delay_rate: 0.05,
 };
 
+/// The variable's value; without it the test fails (it never skips) and says `how` to get it.
+fn required(variable: &str, how: &str) -> String {
+    std::env::var(variable)
+        .ok()
+        .filter(|value| !value.is_empty())
+        .unwrap_or_else(|| panic!("{variable} is not set: {how}"))
+}
+
+/// A database server reached directly.
+fn server(url: String) -> Store {
+    Store::Server {
+        url,
+        pooler: Pooler::None,
+    }
+}
+
 fn assert_exactly_once(report: &grpc_ledger_demo::DemoReport) {
     println!("{report}");
     assert!(report.reconciled(), "{report}");
@@ -56,20 +72,14 @@ async fn exactly_once_on_sqlite_with_half_the_responses_lost() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn exactly_once_on_postgres_with_half_the_responses_lost() {
-    let url = std::env::var("DATABASE_URL").ok().filter(|u| !u.is_empty()).unwrap_or_else(|| {
-        panic!("DATABASE_URL is not set: run `cargo xtask test`, or `cargo xtask pg start` and export DATABASE_URL=$(cargo xtask pg url)")
-    });
+    let url = required(
+        "DATABASE_URL",
+        "run `cargo xtask test`, or `cargo xtask pg start` and export DATABASE_URL=$(cargo xtask pg url)",
+    );
     let run_id = format!("pg{}", std::process::id());
-    let report = run_demo(
-        &Store::Server {
-            url,
-            pooler: Pooler::None,
-        },
-        FAULTS,
-        &client(&run_id),
-    )
-    .await
-    .unwrap();
+    let report = run_demo(&server(url), FAULTS, &client(&run_id))
+        .await
+        .unwrap();
     assert_exactly_once(&report);
 }
 
@@ -77,9 +87,10 @@ async fn exactly_once_on_postgres_with_half_the_responses_lost() {
 /// `cargo xtask test` starts it in front of its PostgreSQL.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn exactly_once_on_postgres_behind_a_transaction_pooler_with_half_the_responses_lost() {
-    let url = std::env::var("PGBOUNCER_TRANSACTION_URL").ok().filter(|u| !u.is_empty()).unwrap_or_else(|| {
-        panic!("PGBOUNCER_TRANSACTION_URL is not set: run `cargo xtask test`, which starts PgBouncer in transaction pooling in front of its PostgreSQL")
-    });
+    let url = required(
+        "PGBOUNCER_TRANSACTION_URL",
+        "run `cargo xtask test`, which starts PgBouncer in transaction pooling in front of its PostgreSQL",
+    );
     let run_id = format!("pgtx{}", std::process::id());
     let store = Store::Server {
         url,
@@ -91,30 +102,24 @@ async fn exactly_once_on_postgres_behind_a_transaction_pooler_with_half_the_resp
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn exactly_once_on_mariadb_with_half_the_responses_lost() {
-    let server = std::env::var("MARIADB_URL").ok().filter(|u| !u.is_empty()).unwrap_or_else(|| {
-        panic!("MARIADB_URL is not set: run `cargo xtask test`, or `cargo xtask mariadb start` and export MARIADB_URL=$(cargo xtask mariadb url)")
-    });
+    let server_url = required(
+        "MARIADB_URL",
+        "run `cargo xtask test`, or `cargo xtask mariadb start` and export MARIADB_URL=$(cargo xtask mariadb url)",
+    );
     // A database of its own on the shared server.
     let database = format!("demo_{}", std::process::id());
-    let admin = sea_orm::Database::connect(&server).await.unwrap();
+    let admin = sea_orm::Database::connect(&server_url).await.unwrap();
     sea_orm::ConnectionTrait::execute_unprepared(
         &admin,
         &format!("CREATE DATABASE IF NOT EXISTS {database}"),
     )
     .await
     .unwrap();
-    let url = format!("{}/{database}", server.trim_end_matches('/'));
+    let url = format!("{}/{database}", server_url.trim_end_matches('/'));
     let run_id = format!("maria{}", std::process::id());
-    let report = run_demo(
-        &Store::Server {
-            url,
-            pooler: Pooler::None,
-        },
-        FAULTS,
-        &client(&run_id),
-    )
-    .await
-    .unwrap();
+    let report = run_demo(&server(url), FAULTS, &client(&run_id))
+        .await
+        .unwrap();
     assert_exactly_once(&report);
 }
 
@@ -123,18 +128,13 @@ async fn exactly_once_on_mariadb_with_half_the_responses_lost() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn exactly_once_in_write_once_mode_on_sqlite_and_postgres() {
     let file = std::env::temp_dir().join(format!("demo-once-{}.sqlite", std::process::id()));
-    let url = std::env::var("DATABASE_URL").ok().filter(|u| !u.is_empty()).unwrap_or_else(|| {
-        panic!("DATABASE_URL is not set: run `cargo xtask test`, or `cargo xtask pg start` and export DATABASE_URL=$(cargo xtask pg url)")
-    });
+    let url = required(
+        "DATABASE_URL",
+        "run `cargo xtask test`, or `cargo xtask pg start` and export DATABASE_URL=$(cargo xtask pg url)",
+    );
     let stores = [
         (Store::Sqlite(file.clone()), "oncesqlite".to_owned()),
-        (
-            Store::Server {
-                url,
-                pooler: Pooler::None,
-            },
-            format!("oncepg{}", std::process::id()),
-        ),
+        (server(url), format!("oncepg{}", std::process::id())),
     ];
     for (store, run_id) in stores {
         let report = run_demo_in(

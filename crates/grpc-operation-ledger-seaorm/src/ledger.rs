@@ -358,6 +358,15 @@ where
         }
     }
 
+    async fn mark_finished(
+        &self,
+        identity: &GrpcOperationIdentity,
+        version: Version,
+        completion: &Completion,
+    ) -> Result<Version, LedgerError> {
+        self.transition(identity, version, completion).await
+    }
+
     async fn mark_committed(
         &self,
         identity: &GrpcOperationIdentity,

@@ -120,7 +120,8 @@ impl fmt::Display for Verdict {
     }
 }
 
-/// The retry decision table of the design (`retry-policy.md`), first matching rule wins.
+/// The retry decision table (ADR 0001: one decision over the method's class, the evidence about
+/// the attempt and the status), first matching rule wins.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct GrpcRetryEligibility;
 

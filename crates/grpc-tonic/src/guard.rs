@@ -184,7 +184,12 @@ where
     /// FAILED_PRECONDITION; an operation still in flight is ABORTED with a retry delay.
     ///
     /// The handler and the replay receive the unit's transaction as an `Arc`; they must not keep
-    /// it past their future, since the guard commits or rolls it back afterwards.
+    /// it past their future, since the guard commits or rolls it back afterwards (a handler that
+    /// does gets INTERNAL, and nothing it did is committed). A borrow would let the compiler check
+    /// this instead, but the handler's future must be `Send + 'static` to run in the unit's own
+    /// task (below), and Rust cannot yet state `Send` for the future of an async closure that
+    /// borrows its argument (`AsyncFnOnce` gives that future no nameable type); the `Arc` is the
+    /// price of the unit running to its end.
     ///
     /// The unit of work runs in a task of its own, so that once begun it reaches its commit or
     /// rollback even when the caller goes away (a client's cancel or deadline drops this future):
@@ -215,101 +220,11 @@ where
         let guard = self.clone();
         let method = method.clone();
         to_the_end(async move {
-            match guard.config.mode {
-                GuardMode::ClaimFirst => {
-                    guard
-                        .run_unit(&method, identity, fingerprint, message, handler, replay)
-                        .await
-                }
-                GuardMode::WriteOnceInTransactionOnly => {
-                    guard
-                        .run_write_once(&method, identity, fingerprint, message, handler, replay)
-                        .await
-                }
-            }
+            guard
+                .run_unit(&method, identity, fingerprint, message, handler, replay)
+                .await
         })
         .await
-    }
-
-    /// [`GuardMode::WriteOnceInTransactionOnly`]'s unit of work: look up, handler, one record of
-    /// the finished operation, commit; or, when another unit finished it first, roll back and
-    /// replay.
-    async fn run_write_once<M, R, H, HF, P, PF>(
-        &self,
-        method: &GrpcMethod,
-        identity: GrpcOperationIdentity,
-        fingerprint: RequestFingerprint,
-        message: M,
-        handler: H,
-        replay: P,
-    ) -> Result<Response<R>, Status>
-    where
-        M: Message + Send,
-        R: Send,
-        H: FnOnce(Arc<U::Transaction>, M) -> HF + Send,
-        HF: Future<Output = Result<Committed<R>, HandlerError>> + Send,
-        P: FnOnce(Arc<U::Transaction>, OutcomeReference) -> PF + Send,
-        PF: Future<Output = Result<R, Status>> + Send,
-    {
-        let transaction = Arc::new(self.units.begin().await.map_err(Status::from)?);
-        // A retry of an operation that finished long ago replays without running the handler.
-        let found = self.units.ledger(&transaction).find(&identity).await;
-        let finished = match found {
-            Err(error) => {
-                self.roll_back(transaction).await;
-                return Err(error.into());
-            }
-            Ok(found) => found.filter(|record| record.state().is_terminal()),
-        };
-        if let Some(record) = finished {
-            if record.request_fingerprint != fingerprint {
-                self.roll_back(transaction).await;
-                return Err(LedgerError::KeyReusedWithDifferentRequest.into());
-            }
-            return self
-                .replay_and_roll_back(method, transaction, record, replay)
-                .await;
-        }
-        let (completion, answer) = match handler(Arc::clone(&transaction), message).await {
-            Ok(Committed { response, outcome }) => {
-                (Completion::Committed(outcome), Ok(Response::new(response)))
-            }
-            Err(HandlerError::Terminal(status)) => match RecordedFailure::from_status(&status) {
-                Some(failure) => (Completion::Failed(failure), Err(status)),
-                None => {
-                    self.roll_back(transaction).await;
-                    return Err(Status::internal("a terminal failure needs a non-OK status"));
-                }
-            },
-            Err(HandlerError::Transient(status)) => {
-                self.roll_back(transaction).await;
-                return Err(status);
-            }
-        };
-        let recorded = self
-            .units
-            .ledger(&transaction)
-            .record_finished(&identity, &fingerprint, self.config.lease, &completion)
-            .await;
-        match recorded {
-            Ok(RecordOutcome::Recorded(_)) => {
-                self.commit(transaction).await?;
-                answer
-            }
-            Ok(RecordOutcome::Completed(record)) => {
-                tracing::debug!(method = %method, "a duplicate finished first; rolling back to replay it");
-                self.replay_and_roll_back(method, transaction, *record, replay)
-                    .await
-            }
-            Ok(RecordOutcome::InProgress { retry_after }) => {
-                self.roll_back(transaction).await;
-                Err(LedgerError::InFlight { retry_after }.into())
-            }
-            Err(error) => {
-                self.roll_back(transaction).await;
-                Err(error.into())
-            }
-        }
     }
 
     /// Answers a duplicate from `record` (the replayed outcome, or the recorded failure) and rolls
@@ -337,7 +252,9 @@ where
         answer
     }
 
-    /// The unit of work of [`run`](Self::run): claim, handler or replay, transition, commit.
+    /// The unit of work of [`run`](Self::run). Claim-first: claim, handler, transition, commit.
+    /// Write-once: look the identity up, handler, one record of the finished operation, commit.
+    /// A duplicate found at either step is replayed and the unit rolled back.
     async fn run_unit<M, R, H, HF, P, PF>(
         &self,
         method: &GrpcMethod,
@@ -356,54 +273,146 @@ where
         PF: Future<Output = Result<R, Status>> + Send,
     {
         let transaction = Arc::new(self.units.begin().await.map_err(Status::from)?);
+        let before = match self.config.mode {
+            GuardMode::ClaimFirst => {
+                self.claim_first(&transaction, &identity, &fingerprint)
+                    .await
+            }
+            GuardMode::WriteOnceInTransactionOnly => {
+                self.look_up_first(&transaction, &identity, &fingerprint)
+                    .await
+            }
+        };
+        let claimed = match before {
+            Ok(Before::RunHandler { claimed }) => claimed,
+            Ok(Before::Replay(record)) => {
+                return self
+                    .replay_and_roll_back(method, transaction, *record, replay)
+                    .await;
+            }
+            Err(status) => {
+                tracing::debug!(method = %method, code = ?status.code(), "refused before the handler");
+                self.roll_back(transaction).await;
+                return Err(status);
+            }
+        };
+        tracing::debug!(method = %method, claimed = claimed.is_some(), "running the handler");
+        let (completion, answer) = match handler(Arc::clone(&transaction), message).await {
+            Ok(Committed { response, outcome }) => {
+                (Completion::Committed(outcome), Ok(Response::new(response)))
+            }
+            // A message too long or with NUL is recorded in a form the store keeps; this caller
+            // still gets the handler's status as it was.
+            Err(HandlerError::Terminal(status)) => match RecordedFailure::from_status(&status) {
+                Some(failure) => (Completion::Failed(failure), Err(status)),
+                None => {
+                    self.roll_back(transaction).await;
+                    return Err(Status::internal("a terminal failure needs a non-OK status"));
+                }
+            },
+            Err(HandlerError::Transient(status)) => {
+                self.roll_back(transaction).await;
+                return Err(status);
+            }
+        };
+        let Some(version) = claimed else {
+            return self
+                .record_and_commit(
+                    method,
+                    transaction,
+                    &identity,
+                    &fingerprint,
+                    completion,
+                    answer,
+                    replay,
+                )
+                .await;
+        };
+        self.complete(transaction, &identity, version, &completion)
+            .await?;
+        answer
+    }
+
+    /// Claim-first's step before the handler: the claim.
+    async fn claim_first(
+        &self,
+        transaction: &U::Transaction,
+        identity: &GrpcOperationIdentity,
+        fingerprint: &RequestFingerprint,
+    ) -> Result<Before, Status> {
         let claim = self
             .units
-            .ledger(&transaction)
-            .claim(&identity, &fingerprint, self.config.lease)
-            .await;
+            .ledger(transaction)
+            .claim(identity, fingerprint, self.config.lease)
+            .await?;
         match claim {
-            Err(error) => {
-                tracing::debug!(method = %method, %error, "claim refused");
-                self.roll_back(transaction).await;
-                Err(error.into())
+            ClaimOutcome::Claimed { version, .. } => Ok(Before::RunHandler {
+                claimed: Some(version),
+            }),
+            ClaimOutcome::Completed(record) => Ok(Before::Replay(Box::new(record))),
+            ClaimOutcome::InProgress { retry_after, .. } => {
+                Err(LedgerError::InFlight { retry_after }.into())
             }
-            Ok(ClaimOutcome::InProgress { retry_after, .. }) => {
-                tracing::debug!(method = %method, ?retry_after, "operation in flight elsewhere");
+        }
+    }
+
+    /// Write-once's step before the handler: a retry of an operation that already finished
+    /// replays without running the handler (whose own write could collide with the first one's).
+    async fn look_up_first(
+        &self,
+        transaction: &U::Transaction,
+        identity: &GrpcOperationIdentity,
+        fingerprint: &RequestFingerprint,
+    ) -> Result<Before, Status> {
+        let found = self.units.ledger(transaction).find(identity).await?;
+        match found.filter(|record| record.state().is_terminal()) {
+            Some(record) if record.request_fingerprint != *fingerprint => {
+                Err(LedgerError::KeyReusedWithDifferentRequest.into())
+            }
+            Some(record) => Ok(Before::Replay(Box::new(record))),
+            None => Ok(Before::RunHandler { claimed: None }),
+        }
+    }
+
+    /// Write-once's step after the handler: record the finished operation and commit, or, when
+    /// another unit finished it first, roll back and replay that one.
+    #[allow(clippy::too_many_arguments)]
+    async fn record_and_commit<R, P, PF>(
+        &self,
+        method: &GrpcMethod,
+        transaction: Arc<U::Transaction>,
+        identity: &GrpcOperationIdentity,
+        fingerprint: &RequestFingerprint,
+        completion: Completion,
+        answer: Result<Response<R>, Status>,
+        replay: P,
+    ) -> Result<Response<R>, Status>
+    where
+        P: FnOnce(Arc<U::Transaction>, OutcomeReference) -> PF + Send,
+        PF: Future<Output = Result<R, Status>> + Send,
+    {
+        let recorded = self
+            .units
+            .ledger(&transaction)
+            .record_finished(identity, fingerprint, self.config.lease, &completion)
+            .await;
+        match recorded {
+            Ok(RecordOutcome::Recorded(_)) => {
+                self.commit(transaction).await?;
+                answer
+            }
+            Ok(RecordOutcome::Completed(record)) => {
+                tracing::debug!(method = %method, "a duplicate finished first; its effect stands");
+                self.replay_and_roll_back(method, transaction, *record, replay)
+                    .await
+            }
+            Ok(RecordOutcome::InProgress { retry_after }) => {
                 self.roll_back(transaction).await;
                 Err(LedgerError::InFlight { retry_after }.into())
             }
-            Ok(ClaimOutcome::Completed(record)) => {
-                self.replay_and_roll_back(method, transaction, record, replay)
-                    .await
-            }
-            Ok(ClaimOutcome::Claimed { version, took_over }) => {
-                tracing::debug!(method = %method, took_over, "claimed; running the handler");
-                match handler(Arc::clone(&transaction), message).await {
-                    Ok(Committed { response, outcome }) => {
-                        let completion = Completion::Committed(outcome);
-                        self.complete(transaction, &identity, version, &completion)
-                            .await?;
-                        Ok(Response::new(response))
-                    }
-                    Err(HandlerError::Terminal(status)) => {
-                        // A message too long or with NUL is recorded in a form the store keeps;
-                        // this caller still gets the handler's status as it was.
-                        let Some(failure) = RecordedFailure::from_status(&status) else {
-                            self.roll_back(transaction).await;
-                            return Err(Status::internal(
-                                "a terminal failure needs a non-OK status",
-                            ));
-                        };
-                        let completion = Completion::Failed(failure);
-                        self.complete(transaction, &identity, version, &completion)
-                            .await?;
-                        Err(status)
-                    }
-                    Err(HandlerError::Transient(status)) => {
-                        self.roll_back(transaction).await;
-                        Err(status)
-                    }
-                }
+            Err(error) => {
+                self.roll_back(transaction).await;
+                Err(error.into())
             }
         }
     }
@@ -446,15 +455,11 @@ where
         version: Version,
         completion: &Completion,
     ) -> Result<(), Status> {
-        let marked = {
-            let ledger = self.units.ledger(&transaction);
-            match completion {
-                Completion::Committed(outcome) => {
-                    ledger.mark_committed(identity, version, outcome).await
-                }
-                Completion::Failed(failure) => ledger.mark_failed(identity, version, failure).await,
-            }
-        };
+        let marked = self
+            .units
+            .ledger(&transaction)
+            .mark_finished(identity, version, completion)
+            .await;
         match marked {
             Ok(_) => self.commit(transaction).await,
             Err(error) => {
@@ -499,6 +504,14 @@ fn replayed_failure(failure: &RecordedFailure) -> Status {
     let mut metadata = MetadataMap::new();
     metadata.insert(REPLAYED_METADATA_KEY, MetadataValue::from_static("true"));
     failure.to_status(metadata)
+}
+
+/// What the step before the handler decided.
+enum Before {
+    /// Run the handler; `claimed` is the claim's version (claim-first), or `None` (write-once).
+    RunHandler { claimed: Option<Version> },
+    /// The operation already finished: replay this record.
+    Replay(Box<OperationRecord>),
 }
 
 /// Runs `unit` to its end in a task of its own, whatever becomes of the caller's future; a unit

@@ -59,6 +59,16 @@ fn guard(store: &InMemoryStore) -> KeyedMutationGuard<InMemoryStore> {
     KeyedMutationGuard::new(store.clone(), guard_config())
 }
 
+/// A fresh in-memory store (with `claim_wait`) and a guard over it in write-once mode.
+fn write_once_guard(claim_wait: Duration) -> (InMemoryStore, KeyedMutationGuard<InMemoryStore>) {
+    let store = InMemoryStore::new(claim_wait);
+    let guard = KeyedMutationGuard::new(
+        store.clone(),
+        guard_config().with_mode(GuardMode::WriteOnceInTransactionOnly),
+    );
+    (store, guard)
+}
+
 /// Runs a payment through the guard; the handler writes one business row named after the amount.
 async fn pay(
     guard: &KeyedMutationGuard<InMemoryStore>,
@@ -696,11 +706,7 @@ async fn a_caller_that_goes_away_mid_handler_does_not_cut_the_unit_short() {
 /// another request is refused.
 #[tokio::test]
 async fn write_once_mode_replays_duplicates_and_runs_the_handler_once() {
-    let store = InMemoryStore::new(Duration::from_millis(200));
-    let guard = KeyedMutationGuard::new(
-        store.clone(),
-        guard_config().with_mode(GuardMode::WriteOnceInTransactionOnly),
-    );
+    let (store, guard) = write_once_guard(Duration::from_millis(200));
     let runs = Arc::new(AtomicU32::new(0));
     let first = pay(
         &guard,
@@ -745,11 +751,7 @@ async fn write_once_mode_replays_duplicates_and_runs_the_handler_once() {
 /// one commits its effect; the others roll theirs back and replay it (or are told to retry).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn write_once_mode_commits_one_effect_under_concurrent_duplicates() {
-    let store = InMemoryStore::new(Duration::from_millis(500));
-    let guard = KeyedMutationGuard::new(
-        store.clone(),
-        guard_config().with_mode(GuardMode::WriteOnceInTransactionOnly),
-    );
+    let (store, guard) = write_once_guard(Duration::from_millis(500));
     let runs = Arc::new(AtomicU32::new(0));
     let calls: Vec<_> = (0..8)
         .map(|_| {
