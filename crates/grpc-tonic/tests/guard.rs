@@ -405,7 +405,7 @@ async fn ledger_unavailable_during_commit_rolls_back_and_is_unavailable() {
         let mut ledger = MockGrpcOperationLedger::new();
         ledger.expect_claim().returning(|_, _, _| Ok(claimed()));
         ledger
-            .expect_mark_committed()
+            .expect_mark_finished()
             .returning(|_, _, _| Err(LedgerError::unavailable(UnavailableKind::ConnectionLost)));
         ledger
     })
@@ -423,7 +423,7 @@ async fn lost_ownership_at_commit_rolls_back_and_is_aborted() {
     let (answer, runs, commits, rollbacks) = run_mocked(|| {
         let mut ledger = MockGrpcOperationLedger::new();
         ledger.expect_claim().returning(|_, _, _| Ok(claimed()));
-        ledger.expect_mark_committed().returning(|_, _, _| {
+        ledger.expect_mark_finished().returning(|_, _, _| {
             Err(LedgerError::LostOwnership {
                 expected: Version::fresh(1_764_700_000_000, 1),
                 current: Version::fresh(1_764_700_000_000, 1).next(),
