@@ -46,9 +46,11 @@ fn assert_exactly_once(report: &grpc_ledger_demo::DemoReport) {
         "every payment was acknowledged in the end:\n{report}"
     );
     assert_eq!(report.payment_rows, 300, "{report}");
+    assert_eq!(report.changed_body_refused, 30, "{report}");
 }
 
-/// No duplicate and no loss, whatever the client was told; and the faults really fired.
+/// No duplicate, no loss and no changed body accepted, whatever the client was told; and the
+/// faults really fired.
 fn assert_nothing_twice_nothing_lost(report: &grpc_ledger_demo::DemoReport) {
     println!("{report}");
     assert!(report.reconciled(), "{report}");
@@ -64,7 +66,7 @@ fn assert_nothing_twice_nothing_lost(report: &grpc_ledger_demo::DemoReport) {
         report.resolved_first >= report.dropped_responses,
         "{report}"
     );
-    assert_eq!(report.changed_body_refused, 30, "{report}");
+    assert!(report.changed_body_refused > 0, "{report}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
