@@ -7,8 +7,9 @@ use std::time::{Duration, Instant};
 
 use grpc_core_api::{
     CallerFingerprint, ClaimOutcome, Completion, GrpcMethod, GrpcOperationIdentity,
-    GrpcOperationLedger, IdempotencyKey, KeyHasher, LeaseDuration, LedgerError, OperationState,
-    OutcomeReference, RecordOutcome, RecordedFailure, RequestFingerprint, UnavailableKind, Version,
+    GrpcOperationLedger, IdempotencyKey, KeyHasher, LeaseDuration, LedgerError, OperationRecord,
+    OperationState, OutcomeReference, RecordOutcome, RecordedFailure, RequestFingerprint,
+    UnavailableKind, Version,
 };
 
 use std::io::Write;
@@ -121,13 +122,7 @@ pub async fn claim_after_commit_replays<F: LedgerFixture>(fixture: &F) {
         .expect("commit");
     assert_eq!(committed, version.next());
     let before = ledger.find(&id).await.expect("find");
-    let again = ledger
-        .claim(&id, &request("x"), lease(LONG))
-        .await
-        .expect("claim again");
-    let ClaimOutcome::Completed(record) = again else {
-        panic!("a claim of a committed identity must replay, got {again:?}");
-    };
+    let record = replayed(&*ledger, &id, "x").await;
     assert_eq!(record.outcome_reference(), Some(&outcome("payment-1")));
     assert_eq!(record.version, committed, "the version is unchanged");
     assert_eq!(
@@ -155,13 +150,7 @@ pub async fn claim_after_failure_replays_the_failure<F: LedgerFixture>(fixture: 
         .mark_failed(&id, version, &recorded)
         .await
         .expect("fail");
-    let again = ledger
-        .claim(&id, &request("x"), lease(LONG))
-        .await
-        .expect("claim again");
-    let ClaimOutcome::Completed(record) = again else {
-        panic!("a claim of a failed identity must replay, got {again:?}");
-    };
+    let record = replayed(&*ledger, &id, "x").await;
     assert_eq!(record.state(), OperationState::FailedTerminal);
     assert_eq!(
         record.failure(),
@@ -717,14 +706,7 @@ async fn first_commit_wins<S: LedgerStore>(
         )),
         "a second owner on another primary must not commit"
     );
-    let replay = store
-        .autocommit()
-        .claim(&id, &request("x"), lease(LONG))
-        .await
-        .expect("claim");
-    let ClaimOutcome::Completed(record) = replay else {
-        panic!("after the commit a duplicate replays, got {replay:?}");
-    };
+    let record = replayed(&*store.autocommit(), &id, "x").await;
     assert_eq!(record.outcome_reference(), Some(&outcome("first")));
 }
 
@@ -1003,15 +985,7 @@ impl SuiteReport {
 pub async fn record_finished_writes_once_and_replays<F: LedgerFixture>(fixture: &F) {
     let store = fixture.fresh_store().await;
     let id = identity("tenant-a", CREATE, "write-once");
-    let unit = store.begin().await.expect("begin");
-    unit.business_write("write-once")
-        .await
-        .expect("business write");
-    let recorded = unit
-        .ledger()
-        .record_finished(&id, &request("x"), lease(LONG), &done("payment-1"))
-        .await
-        .expect("record");
+    let (unit, recorded) = write_and_record(&store, &id, "write-once", &done("payment-1")).await;
     let RecordOutcome::Recorded(version) = recorded else {
         panic!("a new identity must be recorded, got {recorded:?}");
     };
@@ -1028,24 +1002,8 @@ pub async fn record_finished_writes_once_and_replays<F: LedgerFixture>(fixture: 
     assert_eq!(store.ledger_rows().await, 1);
 
     // A duplicate: replayed by a claim, and by a record, whose unit is then rolled back.
-    let again = store
-        .autocommit()
-        .claim(&id, &request("x"), lease(LONG))
-        .await
-        .expect("claim");
-    assert!(
-        matches!(again, ClaimOutcome::Completed(ref r) if *r == record),
-        "{again:?}"
-    );
-    let unit = store.begin().await.expect("begin");
-    unit.business_write("write-once")
-        .await
-        .expect("business write");
-    let duplicate = unit
-        .ledger()
-        .record_finished(&id, &request("x"), lease(LONG), &done("payment-2"))
-        .await
-        .expect("record a duplicate");
+    assert_eq!(replayed(&*store.autocommit(), &id, "x").await, record);
+    let (unit, duplicate) = write_and_record(&store, &id, "write-once", &done("payment-2")).await;
     assert_eq!(duplicate, RecordOutcome::Completed(Box::new(record)));
     unit.rollback().await.expect("rollback");
     assert_eq!(store.business_rows("write-once").await, 1, "one effect");
@@ -1068,14 +1026,7 @@ pub async fn record_finished_writes_once_and_replays<F: LedgerFixture>(fixture: 
         "{recorded:?}"
     );
     unit.commit().await.expect("commit");
-    let replay = store
-        .autocommit()
-        .claim(&failed, &request("y"), lease(LONG))
-        .await
-        .expect("claim");
-    let ClaimOutcome::Completed(record) = replay else {
-        panic!("a recorded failure must replay, got {replay:?}");
-    };
+    let record = replayed(&*store.autocommit(), &failed, "y").await;
     assert_eq!(record.failure(), Some(&failure("insufficient funds")));
 }
 
@@ -1179,6 +1130,36 @@ pub async fn concurrent_records_have_exactly_one_winner<F: LedgerFixture>(fixtur
         .expect("find")
         .expect("row");
     assert_eq!(record.state(), OperationState::Committed);
+}
+
+/// Begins a unit, makes its business write `key`, and records `id` (request "x") as finished
+/// with `completion`; the unit, still open, and what the record answered.
+async fn write_and_record<S: LedgerStore>(
+    store: &S,
+    id: &GrpcOperationIdentity,
+    key: &str,
+    completion: &Completion,
+) -> (S::Unit, RecordOutcome) {
+    let unit = store.begin().await.expect("begin");
+    unit.business_write(key).await.expect("business write");
+    let recorded = unit
+        .ledger()
+        .record_finished(id, &request("x"), lease(LONG), completion)
+        .await
+        .expect("record");
+    (unit, recorded)
+}
+
+/// Claims `id` again (with request `body`) and expects the finished record back: a replay.
+async fn replayed(
+    ledger: &dyn GrpcOperationLedger,
+    id: &GrpcOperationIdentity,
+    body: &str,
+) -> OperationRecord {
+    match ledger.claim(id, &request(body), lease(LONG)).await {
+        Ok(ClaimOutcome::Completed(record)) => record,
+        other => panic!("a claim of a finished operation must replay it, got {other:?}"),
+    }
 }
 
 /// A committed completion with `reference` as its outcome.

@@ -59,6 +59,23 @@ fn guard(store: &InMemoryStore) -> KeyedMutationGuard<InMemoryStore> {
     KeyedMutationGuard::new(store.clone(), guard_config())
 }
 
+/// A payment of `amount` with key `key` by tenant-a that the handler lets through, answered.
+async fn pay_ok(
+    guard: &KeyedMutationGuard<InMemoryStore>,
+    amount: i64,
+    key: &str,
+    runs: &Arc<AtomicU32>,
+) -> tonic::Response<String> {
+    pay(
+        guard,
+        request(amount, Some(key), Some("tenant-a")),
+        runs,
+        Ok(()),
+    )
+    .await
+    .unwrap()
+}
+
 /// A fresh in-memory store (with `claim_wait`) and a guard over it in write-once mode.
 fn write_once_guard(claim_wait: Duration) -> (InMemoryStore, KeyedMutationGuard<InMemoryStore>) {
     let store = InMemoryStore::new(claim_wait);
@@ -100,24 +117,10 @@ async fn a_duplicate_replays_and_the_handler_runs_once() {
     let store = InMemoryStore::new(Duration::from_millis(200));
     let guard = guard(&store);
     let runs = Arc::new(AtomicU32::new(0));
-    let first = pay(
-        &guard,
-        request(10, Some("k-1"), Some("tenant-a")),
-        &runs,
-        Ok(()),
-    )
-    .await
-    .unwrap();
+    let first = pay_ok(&guard, 10, "k-1", &runs).await;
     assert_eq!(first.get_ref(), "payment-10");
     assert!(first.metadata().get(REPLAYED_METADATA_KEY).is_none());
-    let again = pay(
-        &guard,
-        request(10, Some("k-1"), Some("tenant-a")),
-        &runs,
-        Ok(()),
-    )
-    .await
-    .unwrap();
+    let again = pay_ok(&guard, 10, "k-1", &runs).await;
     assert_eq!(again.get_ref(), "payment-10");
     assert_eq!(again.metadata().get(REPLAYED_METADATA_KEY).unwrap(), "true");
     assert_eq!(runs.load(Ordering::SeqCst), 1);
@@ -162,14 +165,7 @@ async fn a_changed_body_under_the_same_key_is_failed_precondition() {
     let store = InMemoryStore::new(Duration::from_millis(200));
     let guard = guard(&store);
     let runs = Arc::new(AtomicU32::new(0));
-    pay(
-        &guard,
-        request(10, Some("k-1"), Some("tenant-a")),
-        &runs,
-        Ok(()),
-    )
-    .await
-    .unwrap();
+    pay_ok(&guard, 10, "k-1", &runs).await;
     let status = pay(
         &guard,
         request(99, Some("k-1"), Some("tenant-a")),
@@ -228,14 +224,7 @@ async fn a_fake_caller_header_cannot_replay_or_block_another_callers_operation()
     let store = InMemoryStore::new(Duration::from_millis(200));
     let guard = guard(&store);
     let runs = Arc::new(AtomicU32::new(0));
-    pay(
-        &guard,
-        request(10, Some("shared"), Some("tenant-a")),
-        &runs,
-        Ok(()),
-    )
-    .await
-    .unwrap();
+    pay_ok(&guard, 10, "shared", &runs).await;
     let mut forged = request(10, Some("shared"), Some("tenant-b"));
     forged
         .metadata_mut()
@@ -591,14 +580,7 @@ async fn resolve_reports_what_became_of_the_operation() {
         }
     };
     assert_eq!(look("k-r").await, Resolved::NotFound);
-    pay(
-        &guard,
-        request(1, Some("k-r"), Some("tenant-a")),
-        &runs,
-        Ok(()),
-    )
-    .await
-    .unwrap();
+    pay_ok(&guard, 1, "k-r", &runs).await;
     assert_eq!(
         look("k-r").await,
         Resolved::Committed(OutcomeReference::parse("payment-1").unwrap())
@@ -688,14 +670,7 @@ async fn a_caller_that_goes_away_mid_handler_does_not_cut_the_unit_short() {
         1
     );
     let runs = Arc::new(AtomicU32::new(0));
-    let retry = pay(
-        &guard,
-        request(10, Some("k-gone"), Some("tenant-a")),
-        &runs,
-        Ok(()),
-    )
-    .await
-    .unwrap();
+    let retry = pay_ok(&guard, 10, "k-gone", &runs).await;
     assert_eq!(retry.get_ref(), "payment-10");
     assert!(retry.metadata().get(REPLAYED_METADATA_KEY).is_some());
     assert_eq!(runs.load(Ordering::SeqCst), 0, "the retry was a replay");
@@ -708,23 +683,9 @@ async fn a_caller_that_goes_away_mid_handler_does_not_cut_the_unit_short() {
 async fn write_once_mode_replays_duplicates_and_runs_the_handler_once() {
     let (store, guard) = write_once_guard(Duration::from_millis(200));
     let runs = Arc::new(AtomicU32::new(0));
-    let first = pay(
-        &guard,
-        request(10, Some("k-once"), Some("tenant-a")),
-        &runs,
-        Ok(()),
-    )
-    .await
-    .unwrap();
+    let first = pay_ok(&guard, 10, "k-once", &runs).await;
     assert!(first.metadata().get(REPLAYED_METADATA_KEY).is_none());
-    let again = pay(
-        &guard,
-        request(10, Some("k-once"), Some("tenant-a")),
-        &runs,
-        Ok(()),
-    )
-    .await
-    .unwrap();
+    let again = pay_ok(&guard, 10, "k-once", &runs).await;
     assert_eq!(again.get_ref(), "payment-10");
     assert!(again.metadata().get(REPLAYED_METADATA_KEY).is_some());
     assert_eq!(runs.load(Ordering::SeqCst), 1);
