@@ -227,6 +227,8 @@ pub async fn serve(
     shutdown: impl std::future::Future<Output = ()> + Send,
 ) -> anyhow::Result<()> {
     tonic::transport::Server::builder()
+        // The guard reads each call's method from its path, checked once here.
+        .layer(grpc_tonic::MethodFromPathLayer)
         .add_service(pb::payments_server::PaymentsServer::with_interceptor(
             service,
             authenticate,

@@ -196,8 +196,7 @@ impl Payments for PaymentsService {
         );
         let response = self
             .guard
-            .run(
-                &create_method(),
+            .run_request(
                 request,
                 |txn, request: CreatePaymentRequest| async move {
                     if request.amount_minor <= 0 {

@@ -252,6 +252,33 @@ where
         answer
     }
 
+    /// [`run`](Self::run) for the method [`MethodFromPathLayer`](crate::MethodFromPathLayer) read
+    /// from the request's path (the layer must be installed on the server; without it the call is
+    /// refused as INTERNAL, never guessed).
+    pub async fn run_request<M, R, H, HF, P, PF>(
+        &self,
+        request: Request<M>,
+        handler: H,
+        replay: P,
+    ) -> Result<Response<R>, Status>
+    where
+        M: Message + Send + 'static,
+        R: Send + 'static,
+        H: FnOnce(Arc<U::Transaction>, M) -> HF + Send + 'static,
+        HF: Future<Output = Result<Committed<R>, HandlerError>> + Send + 'static,
+        P: FnOnce(Arc<U::Transaction>, OutcomeReference) -> PF + Send + 'static,
+        PF: Future<Output = Result<R, Status>> + Send + 'static,
+    {
+        let method = request
+            .extensions()
+            .get::<GrpcMethod>()
+            .cloned()
+            .ok_or_else(|| {
+                Status::internal("the server has no MethodFromPathLayer to name the method")
+            })?;
+        self.run(&method, request, handler, replay).await
+    }
+
     /// The unit of work of [`run`](Self::run). Claim-first: claim, handler, transition, commit.
     /// Write-once: look the identity up, handler, one record of the finished operation, commit.
     /// A duplicate found at either step is replayed and the unit rolled back.

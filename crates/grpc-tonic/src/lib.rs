@@ -12,6 +12,7 @@ mod caller;
 mod commit;
 mod executor;
 mod guard;
+mod method_layer;
 mod transport;
 
 pub use caller::{
@@ -21,6 +22,7 @@ pub use caller::{
 pub use commit::{CommitObserver, CommitObserverLayer};
 pub use executor::{ExecutorStats, Resolution, RetryExecutor, RetrySettings};
 pub use guard::{Committed, GuardConfig, GuardMode, HandlerError, KeyedMutationGuard, Resolved};
+pub use method_layer::{MethodFromPath, MethodFromPathLayer};
 pub use transport::{TransportFailure, classify as transport_failure};
 
 /// The request metadata that carries the caller's idempotency key, unless configured otherwise.

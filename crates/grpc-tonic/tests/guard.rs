@@ -748,3 +748,31 @@ async fn write_once_mode_commits_one_effect_under_concurrent_duplicates() {
         "one effect committed, whatever ran"
     );
 }
+
+/// `run_request` takes the method `MethodFromPathLayer` put in the extensions, and refuses a
+/// request without it rather than guess.
+#[tokio::test]
+async fn run_request_needs_the_method_from_the_path_layer() {
+    let store = InMemoryStore::new(Duration::from_millis(200));
+    let guard = guard(&store);
+    let handler = |_unit: Arc<InMemoryUnit>, pay: Pay| async move {
+        Ok(Committed {
+            response: format!("payment-{}", pay.amount),
+            outcome: OutcomeReference::parse("payment-1").unwrap(),
+        })
+    };
+    let replay = |_unit, outcome: OutcomeReference| async move { Ok(outcome.as_str().to_owned()) };
+    let without = guard
+        .run_request(
+            request(1, Some("k-path"), Some("tenant-a")),
+            handler,
+            replay,
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(without.code(), Code::Internal);
+    let mut with = request(1, Some("k-path"), Some("tenant-a"));
+    with.extensions_mut().insert(method());
+    let answer = guard.run_request(with, handler, replay).await.unwrap();
+    assert_eq!(answer.get_ref(), "payment-1");
+}
