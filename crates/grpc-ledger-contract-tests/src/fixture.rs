@@ -6,7 +6,12 @@ use async_trait::async_trait;
 use grpc_core_api::{GrpcOperationLedger, LedgerError};
 
 /// How a store differs from others, as far as the contract's cases can tell.
+///
+/// Built with [`Capabilities::new`] and the `with_`/`without_` methods, never as a literal: a
+/// capability added in a later version arrives with a default that keeps every existing fixture
+/// compiling and its cases running as before.
 #[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
 pub struct Capabilities {
     /// The bound a claim waits behind another unit's uncommitted claim before `InFlight`.
     pub claim_wait: Duration,
@@ -26,6 +31,51 @@ pub struct Capabilities {
     /// claimed, and the store lets only the first to commit do so (the other's commit is a
     /// serialisation failure).
     pub multi_primary: bool,
+}
+
+impl Capabilities {
+    /// A single-primary store with concurrent writers and migrations, whose fixture cannot kill a
+    /// connection, racing 50 identities; `claim_wait` is the bound its claims wait.
+    pub fn new(claim_wait: Duration) -> Self {
+        Self {
+            claim_wait,
+            concurrent_writers: true,
+            kill_connection: false,
+            concurrent_claim_identities: 50,
+            migrations: true,
+            multi_primary: false,
+        }
+    }
+
+    /// One writer at a time (SQLite).
+    pub fn without_concurrent_writers(mut self) -> Self {
+        self.concurrent_writers = false;
+        self
+    }
+
+    /// The fixture can kill a unit's connection from outside.
+    pub fn with_kill_connection(mut self) -> Self {
+        self.kill_connection = true;
+        self
+    }
+
+    /// How many identities the concurrent-claims case races claims on.
+    pub fn with_concurrent_claim_identities(mut self, identities: usize) -> Self {
+        self.concurrent_claim_identities = identities;
+        self
+    }
+
+    /// No schema to create or migrate (an in-memory store).
+    pub fn without_migrations(mut self) -> Self {
+        self.migrations = false;
+        self
+    }
+
+    /// Units may run on different primaries of a multi-primary cluster.
+    pub fn multi_primary(mut self) -> Self {
+        self.multi_primary = true;
+        self
+    }
 }
 
 /// A ledger row as a support script, a backfill or a hand-written migration would write it,

@@ -564,15 +564,11 @@ impl LedgerFixture for InMemoryFixture {
     type Store = InMemoryStore;
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            claim_wait: self.claim_wait,
-            concurrent_writers: true,
-            kill_connection: true,
-            concurrent_claim_identities: 200,
-            // Nothing to migrate: the double's schema is its types.
-            migrations: false,
-            multi_primary: false,
-        }
+        // Nothing to migrate: the double's schema is its types.
+        Capabilities::new(self.claim_wait)
+            .with_kill_connection()
+            .with_concurrent_claim_identities(200)
+            .without_migrations()
     }
 
     async fn fresh_store(&self) -> InMemoryStore {

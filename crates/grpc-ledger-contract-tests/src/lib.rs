@@ -29,6 +29,18 @@
 //! store cannot run is never passed silently: the report lists it, and its named test prints
 //! that it was not applicable.
 //!
+//! # What this crate promises an adapter's authors
+//!
+//! - The fixture traits ([`LedgerFixture`], [`LedgerStore`], [`UnitOfWork`]) and [`Capabilities`]
+//!   change only with the crate's semver: a new capability arrives with a default that keeps an
+//!   existing fixture compiling and its cases running as before ([`Capabilities`] is built with
+//!   its constructor, never as a literal).
+//! - Cases are added in minor versions. A new case is a new requirement of the port's contract,
+//!   so it may fail an adapter that passed before: that is what the suite is for, and the release
+//!   notes name it. A case is never weakened to let an adapter pass.
+//! - Case names are stable identifiers (the named tests of `ledger_contract_tests!`, the run
+//!   report's keys): renaming one is a breaking change.
+//!
 //! [`GrpcOperationLedger`]: grpc_core_api::GrpcOperationLedger
 
 pub mod cases;

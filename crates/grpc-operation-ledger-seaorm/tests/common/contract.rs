@@ -30,41 +30,18 @@ impl LedgerFixture for SeaOrmFixture {
     type Store = SeaOrmStore;
 
     fn capabilities(&self) -> Capabilities {
+        let server = Capabilities::new(config().claim_wait).with_kill_connection();
         match self.store {
-            Store::Postgres | Store::PostgresBehindTransactionPooler => Capabilities {
-                claim_wait: config().claim_wait,
-                concurrent_writers: true,
-                kill_connection: true,
-                concurrent_claim_identities: 200,
-                migrations: true,
-                multi_primary: false,
-            },
-            Store::MariaDb => Capabilities {
-                claim_wait: config().claim_wait,
-                concurrent_writers: true,
-                kill_connection: true,
-                concurrent_claim_identities: 100,
-                migrations: true,
-                multi_primary: false,
-            },
+            Store::Postgres | Store::PostgresBehindTransactionPooler => {
+                server.with_concurrent_claim_identities(200)
+            }
+            Store::MariaDb => server.with_concurrent_claim_identities(100),
             // Units are spread over the three nodes, one after another.
-            Store::Galera => Capabilities {
-                claim_wait: config().claim_wait,
-                concurrent_writers: true,
-                kill_connection: true,
-                concurrent_claim_identities: 30,
-                migrations: true,
-                multi_primary: true,
-            },
+            Store::Galera => server.with_concurrent_claim_identities(30).multi_primary(),
             // One writer at a time, and no way to kill another connection from outside.
-            Store::Sqlite => Capabilities {
-                claim_wait: config().claim_wait,
-                concurrent_writers: false,
-                kill_connection: false,
-                concurrent_claim_identities: 20,
-                migrations: true,
-                multi_primary: false,
-            },
+            Store::Sqlite => Capabilities::new(config().claim_wait)
+                .without_concurrent_writers()
+                .with_concurrent_claim_identities(20),
         }
     }
 
