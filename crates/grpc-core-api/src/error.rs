@@ -7,6 +7,7 @@ use crate::{OperationState, Version};
 
 /// A value refused by a checked constructor, before anything is written.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum InvalidInput {
     /// The request carried no idempotency key where one is required.
     #[error("idempotency key is missing")]
@@ -90,6 +91,7 @@ pub enum InvalidInput {
 
 /// Why the store could not be used. Every kind is transient: retrying later may succeed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum UnavailableKind {
     /// The connection to the store broke or could not be made.
     ConnectionLost,
@@ -129,6 +131,7 @@ impl std::fmt::Display for UnavailableKind {
 /// Everything a ledger operation can answer besides success. The gRPC status of each variant is
 /// documented on it and implemented by `From<LedgerError> for tonic::Status`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum LedgerError {
     /// A value was refused before any write. INVALID_ARGUMENT.
     #[error(transparent)]

@@ -357,6 +357,9 @@ impl OperationRecord {
 }
 
 /// The answer to a claim.
+///
+/// Deliberately exhaustive (not `#[non_exhaustive]`): a new variant would be a new answer every
+/// caller must handle, so it should break their `match` rather than fall into a wildcard.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ClaimOutcome {
     /// The caller owns the operation at `version` and must finish it with that version (its
@@ -382,6 +385,9 @@ pub enum ClaimOutcome {
 
 /// The answer to [`record_finished`](crate::GrpcOperationLedger::record_finished): whether this
 /// unit of work's finished operation is the one recorded.
+///
+/// Deliberately exhaustive (not `#[non_exhaustive]`): a new variant would be a new answer every
+/// caller must handle, so it should break their `match` rather than fall into a wildcard.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RecordOutcome {
     /// The operation is recorded as finished at this version: commit the unit of work.

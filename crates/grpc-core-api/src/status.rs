@@ -16,6 +16,7 @@ pub const REPLAYED_METADATA_KEY: &str = "idempotent-replayed";
 /// The `google.rpc.ErrorInfo` reason of a ledger answer: a stable, machine-readable name that
 /// clients can branch on without parsing messages.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ErrorReason {
     /// A keyed mutation arrived without a key.
     IdempotencyKeyMissing,

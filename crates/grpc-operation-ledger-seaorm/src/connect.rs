@@ -24,6 +24,7 @@ pub struct LedgerConfig {
 /// What stands between the ledger's pool and PostgreSQL, which decides how statements may be
 /// prepared.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Pooler {
     /// Nothing, or a pooler that gives each client one server connection for its whole session
     /// (PgBouncer's session pooling, or transaction pooling with `max_prepared_statements`, from

@@ -53,6 +53,7 @@ pub struct AttemptFacts {
 
 /// Why a retry was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
 pub enum RefusalReason {
     /// The owner is the mesh or nobody: nothing in the process retries.
     NotOwner,
@@ -97,6 +98,9 @@ impl fmt::Display for RefusalReason {
 }
 
 /// The decision for one failed attempt, with its reason.
+///
+/// Deliberately exhaustive (not `#[non_exhaustive]`): a new variant would be a new answer every
+/// caller must handle, so it should break their `match` rather than fall into a wildcard.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Verdict {
     /// Send the call again.

@@ -20,6 +20,9 @@ use crate::commit::AttemptProgress;
 use crate::transport::{TransportFailure, classify};
 
 /// What became of an operation whose outcome was unknown, as the user's resolver found out.
+///
+/// Deliberately exhaustive (not `#[non_exhaustive]`): a new variant would be a new answer every
+/// caller must handle, so it should break their `match` rather than fall into a wildcard.
 #[derive(Debug)]
 pub enum Resolution<R> {
     /// It committed: this is its response, rebuilt from the record.

@@ -18,6 +18,7 @@ use crate::{AuthenticatedPrincipalExtractor, CallerExtractor, IDEMPOTENCY_KEY_HE
 
 /// How the guard reads and protects keyed mutations.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct GuardConfig {
     /// The request metadata holding the idempotency key.
     pub key_header: String,
@@ -39,6 +40,7 @@ pub struct GuardConfig {
 
 /// When the guard writes an operation's ledger row.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum GuardMode {
     /// Claim before the handler runs, finish the claim after: a duplicate arriving while the
     /// handler runs waits (or is told it is in flight) and never runs the handler. Safe for any
@@ -99,6 +101,9 @@ pub enum HandlerError {
 
 /// What became of a keyed operation, as the ledger records it: what a service's resolve RPC
 /// answers, and what the client's resolve-first lookup needs.
+///
+/// Deliberately exhaustive (not `#[non_exhaustive]`): a new variant would be a new answer every
+/// caller must handle, so it should break their `match` rather than fall into a wildcard.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Resolved {
     /// The ledger has no such operation: it never committed, and a resend with the same key is
