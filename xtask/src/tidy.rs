@@ -55,9 +55,25 @@ mod tests {
             .collect()
     }
 
+    /// Whether `name` (a crate in a dependency tree) is a database driver or ORM.
+    fn is_database_crate(name: &str) -> bool {
+        ["tokio-postgres", "rusqlite", "mysql_async"].contains(&name)
+            || name.starts_with("sea-orm")
+            || name.starts_with("sea-query")
+            || name.starts_with("sqlx")
+    }
+
+    /// docs/architecture.md: the core, the policy, the tonic adapter, the lint and the contract
+    /// suite name no database (only the SeaORM adapter, and the applications built on it, do).
     #[test]
-    fn pure_crates_name_no_database_and_no_tokio_runtime() {
-        for package in ["grpc-core-api", "grpc-policy"] {
+    fn only_the_storage_adapter_and_its_applications_name_a_database() {
+        for package in [
+            "grpc-core-api",
+            "grpc-policy",
+            "grpc-tonic",
+            "grpc-retry-lint",
+            "grpc-ledger-contract-tests",
+        ] {
             let tree = dependency_tree(package);
             assert!(
                 tree.len() > 1,
@@ -66,20 +82,26 @@ mod tests {
             for line in &tree {
                 let name = line.split_whitespace().next().unwrap_or_default();
                 assert!(
-                    ![
-                        "sea-orm",
-                        "sea-query",
-                        "sqlx",
-                        "sqlx-core",
-                        "tokio-postgres",
-                        "rusqlite"
-                    ]
-                    .contains(&name)
-                        && !name.starts_with("sea-orm")
-                        && !name.starts_with("sqlx"),
+                    !is_database_crate(name),
                     "{package} depends on the database crate {line}"
                 );
-                if name == "tokio" {
+            }
+        }
+        let adapter = dependency_tree("grpc-operation-ledger-seaorm");
+        assert!(
+            adapter
+                .iter()
+                .any(|line| line.starts_with("sea-orm ")),
+            "the check itself still sees sea-orm where it is"
+        );
+    }
+
+    /// docs/architecture.md: the core and the policy pull in no tokio runtime.
+    #[test]
+    fn pure_crates_pull_in_no_tokio_runtime() {
+        for package in ["grpc-core-api", "grpc-policy"] {
+            for line in dependency_tree(package) {
+                if line.split_whitespace().next() == Some("tokio") {
                     let features = line.rsplit('[').next().unwrap_or_default();
                     assert!(
                         !features
@@ -90,6 +112,36 @@ mod tests {
                     );
                 }
             }
+        }
+    }
+
+    /// docs/architecture.md: in the contract suite stores differ only by capability, never by
+    /// name: no case's code names a store (comments may, as examples).
+    #[test]
+    fn the_contract_cases_name_no_store() {
+        let cases = workspace_root().join("crates/grpc-ledger-contract-tests/src/cases.rs");
+        let text = std::fs::read_to_string(cases).expect("cases.rs readable");
+        for (number, line) in text.lines().enumerate() {
+            let code = line.split("//").next().unwrap_or_default().to_lowercase();
+            for store in ["postgres", "sqlite", "mariadb", "mysql", "galera"] {
+                assert!(
+                    !code.contains(store),
+                    "cases.rs:{}: a case names the store {store}: {line}",
+                    number + 1
+                );
+            }
+        }
+    }
+
+    /// docs/architecture.md: xtask drives cargo and the databases from outside; it depends on
+    /// none of the workspace's crates.
+    #[test]
+    fn xtask_depends_on_no_workspace_crate() {
+        for line in dependency_tree("xtask").iter().skip(1) {
+            assert!(
+                !line.starts_with("grpc-"),
+                "xtask depends on the workspace crate {line}"
+            );
         }
     }
 
