@@ -365,6 +365,7 @@ fn bench(flags: &[&str]) -> Result<()> {
     let mut command = std::process::Command::new(binary);
     command
         .env("DATABASE_URL", database.url())
+        .env("PG_BIN_DIR", postgres::bin_dir()?)
         .env("MARIADB_URL", mariadb.url())
         .env("GALERA_URLS", galera.urls())
         .arg("--out")

@@ -391,8 +391,9 @@ pub(crate) fn ensure_system_user() -> Result<()> {
     Ok(())
 }
 
-/// The directory of `initdb`, `pg_ctl` and `postgres`, installing Debian's package when missing.
-fn bin_dir() -> Result<PathBuf> {
+/// The directory of `initdb`, `pg_ctl`, `postgres` and `pgbench` (the newest major version),
+/// installing Debian's package when missing and running as root.
+pub(crate) fn bin_dir() -> Result<PathBuf> {
     if let Some(found) = find_bin_dir() {
         return Ok(found);
     }

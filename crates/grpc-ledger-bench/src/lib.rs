@@ -341,19 +341,14 @@ fn percentile(latencies: &mut [Duration], p: f64) -> f64 {
     latencies[index].as_secs_f64() * 1000.0
 }
 
-fn pgbench_binary() -> String {
-    let mut majors: Vec<_> = std::fs::read_dir("/usr/lib/postgresql")
-        .into_iter()
-        .flatten()
-        .flatten()
-        .map(|e| e.path().join("bin").join("pgbench"))
-        .filter(|p| p.is_file())
-        .collect();
-    majors.sort();
-    majors
-        .pop()
-        .map(|p| p.display().to_string())
-        .unwrap_or_else(|| "pgbench".to_owned())
+/// The pgbench of the PostgreSQL that `cargo xtask bench` started (`PG_BIN_DIR`, the directory
+/// of its server binaries), else the one on the `PATH`: the same version as the server, found
+/// where xtask found it rather than looked up a second time.
+fn pgbench_binary() -> std::path::PathBuf {
+    match std::env::var_os("PG_BIN_DIR") {
+        Some(dir) => Path::new(&dir).join("pgbench"),
+        None => "pgbench".into(),
+    }
 }
 
 /// The adapter's exact statements as a pgbench script: placeholders become SQL expressions of
