@@ -89,9 +89,7 @@ mod tests {
         }
         let adapter = dependency_tree("grpc-operation-ledger-seaorm");
         assert!(
-            adapter
-                .iter()
-                .any(|line| line.starts_with("sea-orm ")),
+            adapter.iter().any(|line| line.starts_with("sea-orm ")),
             "the check itself still sees sea-orm where it is"
         );
     }

@@ -19,7 +19,7 @@ use grpc_core_api::{
 };
 use grpc_operation_ledger_seaorm::{
     LedgerConfig, SeaOrmOperationLedger, SeaOrmUnitsOfWork, connect_mysql, connect_postgres,
-    open_sqlite, statements,
+    in_dialect, open_sqlite, statements,
 };
 use sea_orm::sqlx::{self, postgres::PgPoolOptions};
 use sea_orm::{
@@ -168,17 +168,8 @@ fn lease() -> LeaseDuration {
     LeaseDuration::new(Duration::from_secs(30)).expect("valid lease")
 }
 
-fn sqlite_sql(sql: &str) -> String {
-    sql.replace('$', "?")
-}
-
 fn business_statement(backend: DbBackend, key: &str, amount: i64) -> Statement {
-    let sql = match backend {
-        DbBackend::Sqlite => sqlite_sql(BUSINESS_INSERT),
-        // MariaDB's placeholders are bare, in order.
-        DbBackend::MySql => BUSINESS_INSERT.replace("$1", "?").replace("$2", "?"),
-        _ => BUSINESS_INSERT.to_owned(),
-    };
+    let sql = in_dialect(backend, BUSINESS_INSERT).expect("a store the ledger supports");
     Statement::from_sql_and_values(backend, sql, [key.into(), amount.into()])
 }
 

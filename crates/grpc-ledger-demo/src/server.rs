@@ -9,9 +9,7 @@ use grpc_core_api::{GrpcMethod, LedgerUnitsOfWork, OutcomeReference};
 use grpc_operation_ledger_seaorm::SeaOrmUnitsOfWork;
 use grpc_policy::{RandomSource, SplitMix64};
 use grpc_tonic::{AuthenticatedPrincipal, Committed, HandlerError, KeyedMutationGuard, Resolved};
-use sea_orm::{
-    ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbBackend, DbErr, Statement,
-};
+use sea_orm::{ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbErr, Statement};
 use tonic::{Request, Response, Status};
 
 use crate::DEMO_TOKEN;
@@ -42,23 +40,8 @@ pub(crate) fn statement(
     values: Vec<sea_orm::Value>,
 ) -> Statement {
     let backend = db.get_database_backend();
-    let sql = match backend {
-        DbBackend::Postgres => sql.to_owned(),
-        DbBackend::MySql => {
-            let mut out = String::with_capacity(sql.len());
-            let mut chars = sql.chars().peekable();
-            while let Some(c) = chars.next() {
-                if c == '$' {
-                    out.push('?');
-                    while chars.next_if(char::is_ascii_digit).is_some() {}
-                } else {
-                    out.push(c);
-                }
-            }
-            out
-        }
-        _ => sql.replace('$', "?"),
-    };
+    // The demo's stores are the ledger's, which all have a dialect.
+    let sql = grpc_operation_ledger_seaorm::in_dialect(backend, sql).unwrap_or_else(|| sql.into());
     Statement::from_sql_and_values(backend, sql, values)
 }
 

@@ -67,5 +67,5 @@ pub use ledger::{LedgerConnection, SeaOrmOperationLedger};
 pub use migration::{
     LEDGER_TABLE, LedgerMigrator, MIGRATIONS_TABLE, ledger_migrations, migrate, migrate_with,
 };
-pub use sql::statements;
+pub use sql::{in_dialect, statements};
 pub use units::SeaOrmUnitsOfWork;

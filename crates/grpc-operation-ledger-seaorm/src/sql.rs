@@ -287,6 +287,20 @@ impl Sql {
     }
 }
 
+/// `template`, written with PostgreSQL's `$1`, `$2`, ... placeholders numbered in the order they
+/// appear, in `backend`'s dialect (`?1` for SQLite, `?` for MariaDB/MySQL), for statements of
+/// the application's own next to the ledger's (its business writes, its tests); `None` for a store
+/// the ledger does not support.
+pub fn in_dialect(backend: DbBackend, template: &str) -> Option<String> {
+    let style = match backend {
+        DbBackend::Postgres => Placeholders::Dollar,
+        DbBackend::Sqlite => Placeholders::QuestionNumbered,
+        DbBackend::MySql => Placeholders::Question,
+        _ => return None,
+    };
+    Some(render(template, style).text)
+}
+
 /// A template's `$N` placeholders in `style`.
 fn render(template: &str, style: Placeholders) -> Stmt {
     match style {
@@ -346,6 +360,20 @@ pub fn statements(backend: DbBackend) -> Option<[(&'static str, &'static str); 7
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_applications_statement_in_each_dialect() {
+        let template = "INSERT INTO t (a, b) VALUES ($1, $2) RETURNING a";
+        assert_eq!(in_dialect(DbBackend::Postgres, template).unwrap(), template);
+        assert_eq!(
+            in_dialect(DbBackend::Sqlite, template).unwrap(),
+            "INSERT INTO t (a, b) VALUES (?1, ?2) RETURNING a"
+        );
+        assert_eq!(
+            in_dialect(DbBackend::MySql, template).unwrap(),
+            "INSERT INTO t (a, b) VALUES (?, ?) RETURNING a"
+        );
+    }
 
     /// The statement texts of a dialect, for assertions.
     struct Texts {

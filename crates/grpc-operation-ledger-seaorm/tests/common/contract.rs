@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use grpc_ledger_contract_tests::{Capabilities, LedgerFixture, LedgerStore, RawRow, UnitOfWork};
 use grpc_operation_ledger_seaorm::{
     LedgerMigrator, SeaOrmOperationLedger, SeaOrmUnitsOfWork, connect_mysql, connect_postgres,
-    migrate, migrate_with, open_sqlite, store_error,
+    in_dialect, migrate, migrate_with, open_sqlite, store_error,
 };
 use sea_orm::{ConnectionTrait, Database, DatabaseTransaction, DbBackend, Statement};
 use sea_orm_migration::MigratorTrait;
@@ -161,14 +161,7 @@ impl LedgerStore for SeaOrmStore {
              idempotency_key_hash, request_fingerprint, state, version, claimed_at, \
              lease_expires_at, completed_at, outcome_reference, failure_code, failure_message) \
              VALUES ('raw', '/raw.v1.Rows/Write', $1, $2, $3, 1, 1, 2, $4, $5, $6, $7)";
-        let sql = match db.get_database_backend() {
-            DbBackend::Postgres => sql.to_owned(),
-            // The parameters are in order, so bare `?` binds them right.
-            DbBackend::MySql => (1..=7)
-                .rev()
-                .fold(sql.to_owned(), |sql, n| sql.replace(&format!("${n}"), "?")),
-            _ => sql.replace('$', "?"),
-        };
+        let sql = in_dialect(db.get_database_backend(), sql).expect("a supported store");
         let values: Vec<sea_orm::Value> = vec![
             format!("{n:064x}").into(),
             "a".repeat(64).into(),
