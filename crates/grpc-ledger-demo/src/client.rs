@@ -41,7 +41,7 @@ pub struct ClientOptions {
     pub changed_body_every: u64,
     /// Names this run's keys and accounts, so reruns on one database stay apart.
     pub run_id: String,
-    /// Print a progress bar on stderr.
+    /// Draw a progress bar on stderr (only when it is a terminal).
     pub progress: bool,
 }
 
@@ -140,17 +140,23 @@ pub async fn run_client(
     let executor = Arc::new(RetryExecutor::new(settings, budget));
     let gate = Arc::new(Semaphore::new(options.concurrency.max(1)));
     let mut tasks = Vec::new();
+    // indicatif draws only on a terminal: piped into a log or CI, stderr gets no frames.
+    let bar = if options.progress {
+        indicatif::ProgressBar::new(options.payments)
+    } else {
+        indicatif::ProgressBar::hidden()
+    };
     for n in 0..options.payments {
         let permit = Arc::clone(&gate).acquire_owned().await?;
         let (client, executor, task_options) =
             (client.clone(), Arc::clone(&executor), options.clone());
+        let bar = bar.clone();
         tasks.push(tokio::spawn(async move {
             let _permit = permit;
-            pay_once(n, client, &executor, &task_options).await
+            let outcome = pay_once(n, client, &executor, &task_options).await;
+            bar.inc(1);
+            outcome
         }));
-        if options.progress && (n + 1).is_multiple_of(100) {
-            progress(n + 1, options.payments);
-        }
     }
     let mut report = DemoReport {
         calls: options.payments,
@@ -172,10 +178,7 @@ pub async fn run_client(
         report.changed_body_refused += outcome.changed_body_refused;
         report.changed_body_accepted += outcome.changed_body_accepted;
     }
-    if options.progress {
-        progress(options.payments, options.payments);
-        eprintln!();
-    }
+    bar.finish_and_clear();
     let stats = executor.stats();
     report.acknowledged = acknowledged.len() as u64;
     report.attempts = stats.attempts.load(Ordering::Relaxed);
@@ -204,15 +207,6 @@ pub async fn run_client(
     Ok(report)
 }
 
-fn progress(done: u64, total: u64) {
-    let width = 40;
-    let filled = (done * width / total.max(1)) as usize;
-    eprint!(
-        "\r[{}{}] {done}/{total}",
-        "#".repeat(filled),
-        " ".repeat(width as usize - filled)
-    );
-}
 
 struct PaymentOutcome {
     latency: Duration,
