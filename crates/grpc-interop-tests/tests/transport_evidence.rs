@@ -185,15 +185,13 @@ async fn unkeyed_call(
         .unwrap()
         .connect_lazy();
     executor
-        .call(
+        .call_unkeyed(
             class,
             Note {
                 text: "a call".into(),
             },
             None,
-            None,
             |request| unary(channel.clone(), request),
-            || async { panic!("nothing to resolve") },
         )
         .await
 }
@@ -243,10 +241,9 @@ async fn a_keyed_mutation_cut_off_by_a_dead_server_is_resolved_first() {
     let key = IdempotencyKey::parse("k-dead").unwrap();
     let lookups = AtomicU32::new(0);
     let answer = executor
-        .call(
-            MethodClass::KeyedMutation,
+        .call_keyed(
             Note { text: "pay".into() },
-            Some(&key),
+            &key,
             None,
             |request| unary(channel.clone(), request),
             || {

@@ -24,7 +24,6 @@ use grpc_ledger_demo::{
     Client, DESCRIPTOR_SET, Faults, insert_payment, resolve, retry_settings, serve, with_token,
 };
 use grpc_operation_ledger_seaorm::{LedgerConfig, SeaOrmUnitsOfWork};
-use grpc_policy::MethodClass;
 use grpc_tonic::{CommitObserver, GuardMode, IDEMPOTENCY_KEY_HEADER, RetryExecutor};
 use sea_orm::DatabaseConnection;
 use tonic::metadata::AsciiMetadataValue;
@@ -129,10 +128,9 @@ async fn executor_call(client: Client, executor: Arc<RetryExecutor>, key: String
     let idempotency_key = IdempotencyKey::parse(&key)?;
     let key_value: AsciiMetadataValue = key.parse()?;
     executor
-        .call(
-            MethodClass::KeyedMutation,
+        .call_keyed(
             payment_request(&key),
-            Some(&idempotency_key),
+            &idempotency_key,
             Some(Duration::from_secs(10)),
             |request| {
                 let mut client = client.clone();

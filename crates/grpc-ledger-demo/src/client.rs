@@ -11,7 +11,7 @@ use grpc_core_api::{IdempotencyKey, LedgerDurability, LedgerUnitsOfWork};
 use grpc_operation_ledger_seaorm::SeaOrmUnitsOfWork;
 use grpc_policy::{
     GrpcRetryBudget, GrpcRetryOwner, GrpcRetryOwnershipValidator, GrpcServiceConfigPolicy,
-    MethodCatalog, MethodClass, Severity,
+    MethodCatalog, Severity,
 };
 use grpc_tonic::{
     CommitObserver, IDEMPOTENCY_KEY_HEADER, Resolution, RetryExecutor, RetrySettings,
@@ -207,7 +207,6 @@ pub async fn run_client(
     Ok(report)
 }
 
-
 struct PaymentOutcome {
     latency: Duration,
     acknowledged: Option<Acknowledged>,
@@ -234,10 +233,9 @@ async fn pay_once(
     };
     let started = Instant::now();
     let answer = executor
-        .call(
-            MethodClass::KeyedMutation,
+        .call_keyed(
             message.clone(),
-            Some(&key),
+            &key,
             Some(options.deadline),
             |request| {
                 let mut client = client.clone();

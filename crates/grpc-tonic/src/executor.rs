@@ -163,7 +163,59 @@ impl RetryExecutor {
         &self.stats
     }
 
-    /// Calls `call` with `message` until it succeeds or the policy refuses a retry.
+    /// A keyed mutation: [`call`](Self::call) with `key` on every attempt, and `resolve` asked
+    /// what became of the operation whenever an attempt's outcome is unknown.
+    pub async fn call_keyed<M, R, C, CF, S, SF>(
+        &self,
+        message: M,
+        key: &IdempotencyKey,
+        deadline: Option<Duration>,
+        call: C,
+        resolve: S,
+    ) -> Result<Response<R>, Status>
+    where
+        M: Clone,
+        C: FnMut(Request<M>) -> CF,
+        CF: Future<Output = Result<Response<R>, Status>>,
+        S: FnMut() -> SF,
+        SF: Future<Output = Result<Resolution<R>, Status>>,
+    {
+        self.call(
+            MethodClass::KeyedMutation,
+            message,
+            Some(key),
+            deadline,
+            call,
+            resolve,
+        )
+        .await
+    }
+
+    /// A call without an idempotency key (`class` says whether it is safe to repeat): nothing
+    /// can be looked up, so an attempt whose outcome is unknown is retried only if the policy
+    /// allows it for the class, never resolved.
+    pub async fn call_unkeyed<M, R, C, CF>(
+        &self,
+        class: MethodClass,
+        message: M,
+        deadline: Option<Duration>,
+        call: C,
+    ) -> Result<Response<R>, Status>
+    where
+        M: Clone,
+        C: FnMut(Request<M>) -> CF,
+        CF: Future<Output = Result<Response<R>, Status>>,
+    {
+        // The policy resolves only calls that carry a key; this lookup is never asked.
+        let no_lookup = || async {
+            Err::<Resolution<R>, Status>(Status::internal("an unkeyed call has nothing to look up"))
+        };
+        self.call(class, message, None, deadline, call, no_lookup)
+            .await
+    }
+
+    /// Calls `call` with `message` until it succeeds or the policy refuses a retry; the general
+    /// form of [`call_keyed`](Self::call_keyed) and [`call_unkeyed`](Self::call_unkeyed).
     ///
     /// Every attempt carries the same `key` (when given) and `grpc-previous-rpc-attempts`; the
     /// request is cloned per attempt. When the policy answers "resolve the completion first",
