@@ -19,7 +19,7 @@ use grpc_core_api::{
 };
 use grpc_operation_ledger_seaorm::{
     LedgerConfig, SeaOrmOperationLedger, SeaOrmUnitsOfWork, connect_mysql, connect_postgres,
-    in_dialect, open_sqlite, statements,
+    database_url, in_dialect, open_sqlite, statements,
 };
 use sea_orm::sqlx::{self, postgres::PgPoolOptions};
 use sea_orm::{
@@ -438,17 +438,6 @@ fn pgbench(
     }
 }
 
-fn with_database(url: &str, database: &str) -> String {
-    let (base, query) = url
-        .split_once('?')
-        .map_or((url, None), |(b, q)| (b, Some(q)));
-    let server = base.rsplit_once('/').map_or(base, |(server, _)| server);
-    match query {
-        Some(query) => format!("{server}/{database}?{query}"),
-        None => format!("{server}/{database}"),
-    }
-}
-
 async fn count(db: &DatabaseConnection, sql: &str) -> Result<i64> {
     let row = db
         .query_one_raw(Statement::from_string(db.get_database_backend(), sql))
@@ -468,7 +457,7 @@ pub async fn run_all(url: &str, plan: &Plan) -> Result<Vec<Figure>> {
     admin
         .execute_unprepared(&format!("CREATE DATABASE {name}"))
         .await?;
-    let url = with_database(url, &name);
+    let url = database_url(url, &name)?;
     let max_clients = plan.clients.iter().copied().max().unwrap_or(1) as u32;
     let config = LedgerConfig {
         max_connections: max_clients + 2,
@@ -652,7 +641,7 @@ pub async fn mariadb_family(label: &str, urls: &[String], plan: &Plan) -> Result
     };
     let mut nodes = Vec::new();
     for url in urls {
-        let url = format!("{}/{name}", url.trim_end_matches('/'));
+        let url = database_url(url, &name)?;
         // Another node applies the CREATE DATABASE a moment after the first returns.
         let mut tries = 0;
         let db = loop {

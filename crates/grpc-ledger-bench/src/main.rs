@@ -4,20 +4,30 @@
 
 use std::path::PathBuf;
 
+use clap::Parser;
 use grpc_ledger_bench::{Plan, mariadb_family, run_all};
+
+/// The ledger's benchmarks against the stores `cargo xtask bench` starts.
+#[derive(Debug, Parser)]
+struct Args {
+    /// 3 s per figure instead of 15 (every ratio of the full run, less steady).
+    #[arg(long)]
+    quick: bool,
+    /// Where the figures are written as JSON.
+    #[arg(long, default_value = "target/bench/summary.json")]
+    out: PathBuf,
+    /// The PostgreSQL to measure (its `postgres` database is the admin connection).
+    #[arg(long, env = "DATABASE_URL")]
+    database_url: String,
+}
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let quick = args.iter().any(|a| a == "--quick");
-    let out = args
-        .iter()
-        .position(|a| a == "--out")
-        .and_then(|i| args.get(i + 1))
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("target/bench/summary.json"));
-    let url = std::env::var("DATABASE_URL")
-        .map_err(|_| anyhow::anyhow!("DATABASE_URL is not set; run `cargo xtask bench`"))?;
+    let Args {
+        quick,
+        out,
+        database_url: url,
+    } = Args::parse();
     let plan = if quick { Plan::quick() } else { Plan::full() };
     let mut figures = run_all(&url, &plan).await?;
     // MariaDB and a Galera cluster, when `cargo xtask bench` started them.

@@ -126,7 +126,7 @@ async fn exactly_once_on_mariadb_with_half_the_responses_lost() {
     )
     .await
     .unwrap();
-    let url = format!("{}/{database}", server_url.trim_end_matches('/'));
+    let url = grpc_operation_ledger_seaorm::database_url(&server_url, &database).unwrap();
     let run_id = format!("maria{}", std::process::id());
     let report = run_demo(&server(url), FAULTS, &client(&run_id))
         .await

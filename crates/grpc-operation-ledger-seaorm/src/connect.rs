@@ -113,3 +113,48 @@ fn pool_options(options: &mut ConnectOptions, config: &LedgerConfig) {
         .acquire_timeout(config.acquire_timeout)
         .sqlx_logging(false);
 }
+
+/// The URL of database `database` on the server `server_url` names: its path replaced, its
+/// credentials, host, port and query kept (`postgres://u@h:5432/postgres?sslmode=disable` with
+/// `ledger` gives `postgres://u@h:5432/ledger?sslmode=disable`; a MariaDB URL without a path gains
+/// one). For deployments and tests that create a database per tenant or per case.
+pub fn database_url(server_url: &str, database: &str) -> Result<String, DbErr> {
+    let mut url = url::Url::parse(server_url)
+        .map_err(|error| DbErr::Custom(format!("not a database URL: {error}")))?;
+    if url.cannot_be_a_base() {
+        return Err(DbErr::Custom("not a database server URL".to_owned()));
+    }
+    url.set_path(&format!("/{database}"));
+    Ok(url.into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::database_url;
+
+    #[test]
+    fn the_database_is_replaced_and_everything_else_kept() {
+        let cases = [
+            (
+                "postgres://u:p@127.0.0.1:5432/postgres?sslmode=disable",
+                "postgres://u:p@127.0.0.1:5432/ledger?sslmode=disable",
+            ),
+            (
+                "mysql://ledger:ledger@127.0.0.1:3306",
+                "mysql://ledger:ledger@127.0.0.1:3306/ledger",
+            ),
+            (
+                "mysql://ledger:ledger@127.0.0.1:3306/",
+                "mysql://ledger:ledger@127.0.0.1:3306/ledger",
+            ),
+        ];
+        for (server, expected) in cases {
+            assert_eq!(
+                database_url(server, "ledger").unwrap(),
+                expected,
+                "{server}"
+            );
+        }
+        assert!(database_url("not a url", "ledger").is_err());
+    }
+}

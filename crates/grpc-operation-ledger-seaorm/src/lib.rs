@@ -61,7 +61,9 @@ mod migration;
 mod sql;
 mod units;
 
-pub use connect::{LedgerConfig, Pooler, connect_mysql, connect_postgres, open_sqlite};
+pub use connect::{
+    LedgerConfig, Pooler, connect_mysql, connect_postgres, database_url, open_sqlite,
+};
 pub use error::store_error;
 pub use ledger::{LedgerConnection, SeaOrmOperationLedger};
 pub use migration::{

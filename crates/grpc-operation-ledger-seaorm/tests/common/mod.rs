@@ -13,7 +13,7 @@ use grpc_core_api::{
     CallerFingerprint, GrpcMethod, GrpcOperationIdentity, IdempotencyKey, KeyHasher, LeaseDuration,
 };
 use grpc_operation_ledger_seaorm::{
-    LedgerConfig, Pooler, connect_mysql, connect_postgres, migrate, open_sqlite,
+    LedgerConfig, Pooler, connect_mysql, connect_postgres, database_url, migrate, open_sqlite,
 };
 use sea_orm::{ConnectionTrait, Database, DatabaseConnection};
 
@@ -126,15 +126,7 @@ pub fn mariadb_admin_url() -> String {
 
 /// `url` with its database name replaced.
 pub fn with_database(url: &str, database: &str) -> String {
-    let (base, query) = match url.split_once('?') {
-        Some((base, query)) => (base, Some(query)),
-        None => (url, None),
-    };
-    let (server, _) = base.rsplit_once('/').expect("a database URL has a path");
-    match query {
-        Some(query) => format!("{server}/{database}?{query}"),
-        None => format!("{server}/{database}"),
-    }
+    database_url(url, database).expect("a database server URL")
 }
 
 /// Creates database `name` on the server at `admin_url` (read from the variable `variable`).
@@ -205,7 +197,7 @@ pub async fn fresh(store: Store) -> TestDb {
         Store::MariaDb => {
             let server = mariadb_admin_url();
             create_database(&server, "MARIADB_URL", &name).await;
-            let url = format!("{}/{name}", server.trim_end_matches('/'));
+            let url = with_database(&server, &name);
             let db = connect_mysql(&url, &config())
                 .await
                 .expect("connect MariaDB");
@@ -236,7 +228,7 @@ pub async fn fresh(store: Store) -> TestDb {
             create_database(&urls[0], "GALERA_URLS", &name).await;
             let mut nodes = Vec::new();
             for url in &urls {
-                let url = format!("{}/{name}", url.trim_end_matches('/'));
+                let url = with_database(url, &name);
                 // The other nodes apply the CREATE DATABASE a moment after node 1 returns.
                 let mut tries = 0;
                 let db = loop {
