@@ -1,0 +1,110 @@
+//! The adapter's exact statements run by pgbench, PostgreSQL's own load generator: the SQL-level
+//! ceiling the adapter is compared with.
+
+use super::*;
+
+/// The pgbench of the PostgreSQL that `cargo xtask bench` started (`PG_BIN_DIR`, the directory
+/// of its server binaries), else the one on the `PATH`: the same version as the server, found
+/// where xtask found it rather than looked up a second time.
+pub(crate) fn pgbench_binary() -> std::path::PathBuf {
+    match std::env::var_os("PG_BIN_DIR") {
+        Some(dir) => Path::new(&dir).join("pgbench"),
+        None => "pgbench".into(),
+    }
+}
+
+/// The adapter's exact statements as a pgbench script: placeholders become SQL expressions of
+/// pgbench variables, nothing else changes.
+pub(crate) fn pgbench_keyed_script() -> Result<String> {
+    let [(_, claim), _, _, (_, commit), _, _, _] =
+        statements(DbBackend::Postgres).context("PostgreSQL")?;
+    let identity = |sql: &str| {
+        sql.replace("$3", "md5(:k || 'a') || md5(:k || 'b')")
+            .replace("$2", &format!("'{METHOD}'"))
+            .replace("$1", "md5('c' || :c) || md5(:c || 'c')")
+    };
+    let claim = identity(
+        &claim
+            .replace("$7", &format!("'{CLAIM_WAIT_SETTING}'"))
+            .replace("$6", ":s")
+            .replace("$5", "30000")
+            .replace("$4", "md5('r' || :k) || md5('s' || :k)"),
+    );
+    // The claim returns the fresh version; `\gset` keeps it in `:version` for the transition.
+    let commit = identity(&commit.replace("$5", "'p-' || :k").replace("$4", ":version"));
+    Ok(format!(
+        "\\set k random(1, 9000000000000000000)\n\\set c random(0, 7)\n\\set s random(0, 65535)\nBEGIN;\n{claim} \\gset\n{};\n{commit};\nEND;\n",
+        pgbench_business_statement()
+    ))
+}
+
+/// The "faster co-commit" candidate, at SQL level: the business insert, then the ledger row
+/// written once, already COMMITTED, at the end of the transaction (a conflict would mean a
+/// duplicate: roll back and replay). Measured only; the adapter does not offer it.
+pub(crate) fn pgbench_commit_once_script() -> String {
+    format!(
+        "\\set k random(1, 9000000000000000000)\n\\set c random(0, 7)\nBEGIN;\n{};\n\
+         INSERT INTO grpc_operation_ledger (caller_fingerprint, full_method_name, idempotency_key_hash, \
+         request_fingerprint, state, version, claimed_at, lease_expires_at, completed_at, outcome_reference) \
+         SELECT md5('c' || :c) || md5(:c || 'c'), '{METHOD}', md5(:k || 'a') || md5(:k || 'b'), \
+         md5('r' || :k) || md5('s' || :k), 'COMMITTED', 1, clock.now, clock.now, clock.now, 'p-' || :k \
+         FROM (SELECT (EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::BIGINT AS now) AS clock WHERE true \
+         ON CONFLICT (caller_fingerprint, full_method_name, idempotency_key_hash) DO NOTHING;\nEND;\n",
+        pgbench_business_statement()
+    )
+}
+
+pub(crate) fn pgbench_business_statement() -> String {
+    BUSINESS_INSERT
+        .replace("$1", "'pg-' || :client_id || '-' || :k")
+        .replace("$2", "1")
+}
+
+pub(crate) fn pgbench_business_script() -> String {
+    format!(
+        "\\set k random(1, 9000000000000000000)\nBEGIN;\n{};\nEND;\n",
+        pgbench_business_statement()
+    )
+}
+
+/// Runs a pgbench script; returns transactions per second and the mean latency in ms.
+pub(crate) fn pgbench(
+    url: &str,
+    script: &str,
+    clients: usize,
+    seconds: Duration,
+    dir: &Path,
+) -> Result<(f64, f64)> {
+    let file = dir.join(format!("script-{}.sql", std::process::id()));
+    std::fs::write(&file, script)?;
+    let output = Command::new(pgbench_binary())
+        .arg(url)
+        .args([
+            "-n",
+            "-M",
+            "prepared",
+            "-c",
+            &clients.to_string(),
+            "-j",
+            &clients.min(2).to_string(),
+        ])
+        .args(["-T", &seconds.as_secs().max(1).to_string(), "-f"])
+        .arg(&file)
+        .output()
+        .context("running pgbench")?;
+    let text = String::from_utf8_lossy(&output.stdout);
+    let number = |prefix: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(prefix))
+            .and_then(|rest| rest.split_whitespace().next())
+            .and_then(|v| v.parse::<f64>().ok())
+    };
+    match (number("tps = "), number("latency average = ")) {
+        (Some(tps), Some(latency)) => Ok((tps, latency)),
+        _ => bail!(
+            "pgbench failed: {}{}",
+            text,
+            String::from_utf8_lossy(&output.stderr)
+        ),
+    }
+}
