@@ -659,7 +659,13 @@ async fn a_caller_that_goes_away_mid_handler_does_not_cut_the_unit_short() {
             .await
             .is_err()
     );
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    // The unit goes on in its own task: wait for its commit (bounded) rather than guess how long.
+    let waited = std::time::Instant::now();
+    while grpc_ledger_contract_tests::LedgerStore::ledger_rows(&store).await == 0
+        && waited.elapsed() < Duration::from_secs(10)
+    {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     assert_eq!(
         finished.load(Ordering::SeqCst),
         1,
