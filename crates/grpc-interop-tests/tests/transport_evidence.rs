@@ -288,3 +288,36 @@ async fn a_failure_after_response_headers_is_committed_and_never_retried() {
         assert_eq!(committed, (expected_streams == 1).then_some(1), "{case}");
     }
 }
+
+/// A keyed mutation whose response headers arrived before the call failed is not given up on:
+/// against a durable ledger its outcome is looked up (a lookup is not a retry), and resent under
+/// the same key only if nothing was recorded.
+#[tokio::test]
+async fn a_keyed_mutation_failing_after_response_headers_is_looked_up() {
+    let (addr, _) = raw_server(|_| Behaviour::UnavailableAfterHeaders).await;
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect_lazy();
+    let executor = executor(&[Code::Unavailable]);
+    let key = IdempotencyKey::parse("k-headers").unwrap();
+    let lookups = AtomicU32::new(0);
+    let answer = executor
+        .call_keyed(
+            Note { text: "pay".into() },
+            &key,
+            None,
+            |request| unary(channel.clone(), request),
+            || {
+                lookups.fetch_add(1, Ordering::SeqCst);
+                async {
+                    Ok::<_, Status>(Resolution::Committed(Note {
+                        text: "paid".into(),
+                    }))
+                }
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(lookups.load(Ordering::SeqCst), 1, "looked up once");
+    assert_eq!(answer.get_ref().text, "paid", "the recorded outcome");
+}

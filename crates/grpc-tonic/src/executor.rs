@@ -267,6 +267,7 @@ impl RetryExecutor {
                 })?),
                 None => None,
             };
+        let durable_ledger = self.settings.server_ledger == LedgerDurability::Durable;
         let mut sent_attempts = 0u32;
         let (mut unsent_resends, mut refused_resent) = (0u32, false);
         loop {
@@ -379,7 +380,10 @@ impl RetryExecutor {
             let facts = AttemptFacts {
                 owner: self.settings.owner,
                 class,
-                evidence: if committed {
+                // A keyed mutation against a durable ledger is the exception to A6's commit
+                // rule: its outcome, once headers arrived, is still asked for rather than given
+                // up on (a lookup is not a resend, and a resend under the same key is a replay).
+                evidence: if committed && !(key.is_some() && durable_ledger) {
                     Evidence::PrefixDelivered
                 } else {
                     Evidence::Sent

@@ -224,7 +224,7 @@ where
             .fingerprint_message(method, &message)?;
         let guard = self.clone();
         let method = method.clone();
-        to_the_end(async move {
+        to_the_end(self.config.lease.get(), async move {
             guard
                 .run_unit(&method, identity, fingerprint, message, handler, replay)
                 .await
@@ -461,7 +461,7 @@ where
         let identity = self.identity(method, metadata, extensions)?;
         let guard = self.clone();
         // In a task of its own, for the reason `run` gives.
-        let found = to_the_end(async move {
+        let found = to_the_end(self.config.lease.get(), async move {
             let transaction = Arc::new(guard.units.begin().await.map_err(Status::from)?);
             let found = guard.units.ledger(&transaction).look_up(&identity).await;
             guard.roll_back(transaction).await;
@@ -546,12 +546,24 @@ enum Before {
     Replay(Box<OperationRecord>),
 }
 
-/// Runs `unit` to its end in a task of its own, whatever becomes of the caller's future; a unit
-/// that panicked, or was cut off by the runtime shutting down, is an error of the server.
+/// Runs `unit` to its end in a task of its own, whatever becomes of the caller's future, but for
+/// at most `lease`: a unit that outlives its claim's lease (a handler waiting on something that
+/// never answers) is dropped and so rolled back, since by then another attempt may take its claim
+/// over and its commit would be fenced anyway; it must not hold its connection and its row lock
+/// for ever. A unit that panicked, or was cut off by the runtime shutting down, is an error of
+/// the server.
 async fn to_the_end<T: Send + 'static>(
+    lease: Duration,
     unit: impl Future<Output = Result<T, Status>> + Send + 'static,
 ) -> Result<T, Status> {
-    match tokio::spawn(unit).await {
+    let bounded = async move {
+        tokio::time::timeout(lease, unit).await.unwrap_or_else(|_| {
+            Err(Status::unavailable(
+                "the unit of work outlived its lease and was rolled back",
+            ))
+        })
+    };
+    match tokio::spawn(bounded).await {
         Ok(answer) => answer,
         Err(error) if error.is_panic() => Err(Status::internal("the unit of work panicked")),
         Err(_) => Err(Status::unavailable("the server is shutting down")),

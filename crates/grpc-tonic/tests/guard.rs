@@ -782,3 +782,39 @@ async fn run_request_needs_the_method_from_the_path_layer() {
     let answer = guard.run_request(with, handler, replay).await.unwrap();
     assert_eq!(answer.get_ref(), "payment-1");
 }
+
+/// A unit that outlives its claim's lease (a handler waiting on something that never answers) is
+/// cut there and rolled back: it does not hold its connection and its row for ever.
+#[tokio::test]
+async fn a_unit_is_cut_at_its_lease_and_rolled_back() {
+    let store = InMemoryStore::new(Duration::from_millis(200));
+    let mut config = guard_config();
+    config.lease = LeaseDuration::new(Duration::from_millis(100)).unwrap();
+    let guard = KeyedMutationGuard::new(store.clone(), config);
+    let method = method();
+    let answer = guard
+        .run(
+            &method,
+            request(10, Some("k-hung"), Some("tenant-a")),
+            |unit: Arc<InMemoryUnit>, _pay: Pay| async move {
+                unit.write_business("payment-hung");
+                std::future::pending::<()>().await;
+                Ok(Committed {
+                    response: String::new(),
+                    outcome: OutcomeReference::parse("never").unwrap(),
+                })
+            },
+            |_unit, outcome: OutcomeReference| async move { Ok(outcome.as_str().to_owned()) },
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(answer.code(), Code::Unavailable, "{answer:?}");
+    assert_eq!(
+        grpc_ledger_contract_tests::LedgerStore::business_rows(&store, "payment-hung").await,
+        0
+    );
+    assert_eq!(
+        grpc_ledger_contract_tests::LedgerStore::ledger_rows(&store).await,
+        0
+    );
+}
