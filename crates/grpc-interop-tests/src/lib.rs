@@ -7,7 +7,8 @@
 //!
 //! A script is a few words: `ok`; `fail CODE N` (fail with CODE the first N attempts, `always`
 //! for every one, then answer OK); `delay MS` (answer OK after MS milliseconds); `pushback VALUE
-//! CODE N` (like `fail`, with `grpc-retry-pushback-ms: VALUE`).
+//! CODE N` (like `fail`, with `grpc-retry-pushback-ms: VALUE`). `Upload` (client streaming)
+//! follows the script of its first message; `Watch` (server streaming) reads `stream N CODE`.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -24,16 +25,21 @@ pub mod pb {
     include!(concat!(env!("OUT_DIR"), "/interop.v1.rs"));
 }
 
-/// The probe's one method.
+/// The probe's unary method.
 pub const METHOD: &str = "/interop.v1.Probe/Call";
 
+/// The descriptor set of `proto/probe.proto`, compiled by protox at build time.
+pub const DESCRIPTOR_SET: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/probe.pb"));
+
 /// One attempt the server saw.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Attempt {
     /// When it arrived.
     pub at: Instant,
     /// Its `grpc-previous-rpc-attempts`, if it carried one.
     pub previous_attempts: Option<u32>,
+    /// Its `idempotency-key`, if it carried one.
+    pub key: Option<String>,
 }
 
 type Log = Arc<Mutex<HashMap<String, Vec<Attempt>>>>;
@@ -85,54 +91,114 @@ struct Scripted {
     log: Log,
 }
 
+impl Scripted {
+    /// Logs an attempt of `call_id` and returns its number (from 1).
+    fn log_attempt(&self, call_id: &str, metadata: &tonic::metadata::MetadataMap) -> u32 {
+        let header = |name: &str| metadata.get(name).and_then(|v| v.to_str().ok());
+        let mut log = self.log.lock().unwrap_or_else(|p| p.into_inner());
+        let attempts = log.entry(call_id.to_owned()).or_default();
+        attempts.push(Attempt {
+            at: Instant::now(),
+            previous_attempts: header("grpc-previous-rpc-attempts").and_then(|v| v.parse().ok()),
+            key: header("idempotency-key").map(str::to_owned),
+        });
+        attempts.len() as u32
+    }
+}
+
+/// Runs `script` for attempt number `attempt`: the answer is OK (`Ok(())`) or a status.
+async fn run_script(script: &str, attempt: u32) -> Result<(), Status> {
+    let words: Vec<&str> = script.split_whitespace().collect();
+    let failures = |n: &str| match n {
+        "always" => u32::MAX,
+        n => n.parse().unwrap_or(0),
+    };
+    match words.as_slice() {
+        ["ok"] => Ok(()),
+        ["delay", millis] => {
+            tokio::time::sleep(Duration::from_millis(millis.parse().unwrap_or(0))).await;
+            Ok(())
+        }
+        ["fail", code, n] if attempt <= failures(n) => Err(Status::new(
+            code_named(code),
+            format!("scripted failure {attempt}"),
+        )),
+        ["pushback", value, code, n] if attempt <= failures(n) => {
+            let mut status = Status::new(code_named(code), format!("scripted pushback {attempt}"));
+            status.metadata_mut().insert(
+                "grpc-retry-pushback-ms",
+                value.parse().expect("a metadata value"),
+            );
+            Err(status)
+        }
+        ["fail" | "pushback", ..] => Ok(()),
+        _ => Err(Status::invalid_argument("unknown script")),
+    }
+}
+
+type ReplyStream =
+    std::pin::Pin<Box<dyn tokio_stream::Stream<Item = Result<pb::ProbeReply, Status>> + Send>>;
+
 #[tonic::async_trait]
 impl pb::probe_server::Probe for Scripted {
     async fn call(
         &self,
         request: Request<pb::ProbeRequest>,
     ) -> Result<Response<pb::ProbeReply>, Status> {
-        let previous_attempts = request
-            .metadata()
-            .get("grpc-previous-rpc-attempts")
-            .and_then(|v| v.to_str().ok()?.parse().ok());
-        let message = request.into_inner();
-        let attempt = {
-            let mut log = self.log.lock().unwrap_or_else(|p| p.into_inner());
-            let attempts = log.entry(message.call_id.clone()).or_default();
-            attempts.push(Attempt {
-                at: Instant::now(),
-                previous_attempts,
-            });
-            attempts.len() as u32
-        };
-        let words: Vec<&str> = message.script.split_whitespace().collect();
-        let failures = |n: &str| match n {
-            "always" => u32::MAX,
-            n => n.parse().unwrap_or(0),
-        };
-        let reply = || Ok(Response::new(pb::ProbeReply { attempt }));
-        match words.as_slice() {
-            ["ok"] => reply(),
-            ["delay", millis] => {
-                tokio::time::sleep(Duration::from_millis(millis.parse().unwrap_or(0))).await;
-                reply()
-            }
-            ["fail", code, n] if attempt <= failures(n) => Err(Status::new(
-                code_named(code),
-                format!("scripted failure {attempt}"),
-            )),
-            ["pushback", value, code, n] if attempt <= failures(n) => {
-                let mut status =
-                    Status::new(code_named(code), format!("scripted pushback {attempt}"));
-                status.metadata_mut().insert(
-                    "grpc-retry-pushback-ms",
-                    value.parse().expect("a metadata value"),
-                );
-                Err(status)
-            }
-            ["fail" | "pushback", ..] => reply(),
-            _ => Err(Status::invalid_argument("unknown script")),
+        let attempt = self.log_attempt(&request.get_ref().call_id, request.metadata());
+        run_script(&request.get_ref().script, attempt).await?;
+        Ok(Response::new(pb::ProbeReply {
+            attempt,
+            messages: 1,
+        }))
+    }
+
+    async fn upload(
+        &self,
+        request: Request<tonic::Streaming<pb::ProbeRequest>>,
+    ) -> Result<Response<pb::ProbeReply>, Status> {
+        let metadata = request.metadata().clone();
+        let mut messages = request.into_inner();
+        let first = messages
+            .message()
+            .await?
+            .ok_or_else(|| Status::invalid_argument("an upload needs a first message"))?;
+        let attempt = self.log_attempt(&first.call_id, &metadata);
+        let mut count = 1;
+        while messages.message().await?.is_some() {
+            count += 1;
         }
+        run_script(&first.script, attempt).await?;
+        Ok(Response::new(pb::ProbeReply {
+            attempt,
+            messages: count,
+        }))
+    }
+
+    type WatchStream = ReplyStream;
+
+    async fn watch(
+        &self,
+        request: Request<pb::ProbeRequest>,
+    ) -> Result<Response<ReplyStream>, Status> {
+        let attempt = self.log_attempt(&request.get_ref().call_id, request.metadata());
+        let script = request.into_inner().script;
+        let (count, code) = match script.split_whitespace().collect::<Vec<_>>().as_slice() {
+            ["stream", n, code] => (n.parse().unwrap_or(0), code_named(code)),
+            _ => return Err(Status::invalid_argument("unknown script")),
+        };
+        let mut items: Vec<Result<pb::ProbeReply, Status>> = (0..count)
+            .map(|_| {
+                Ok(pb::ProbeReply {
+                    attempt,
+                    messages: 0,
+                })
+            })
+            .collect();
+        if code != Code::Ok {
+            items.push(Err(Status::new(code, "scripted end of stream")));
+        }
+        Ok(Response::new(Box::pin(tokio_stream::iter(items))))
     }
 }
 

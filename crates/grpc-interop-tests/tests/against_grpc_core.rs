@@ -1,6 +1,6 @@
-//! The interop table: each row is a service config and a list of scripted calls, run once through
-//! Python's grpcio (gRPC C-core) and once through the retry executor against the same probe
-//! server. What the server saw must match: attempts per call, their `grpc-previous-rpc-attempts`,
+//! The interop table: each row is a service config and a list of scripted calls, run through
+//! Python's grpcio (gRPC C-core), through the retry executor and through a generated client over
+//! the RetryLayer, against the same probe server. What the server saw must match: attempts per call, their `grpc-previous-rpc-attempts`,
 //! the final status, the backoff gaps within A6's jitter bounds, throttling after a burst of
 //! failures, and DEADLINE_EXCEEDED at the deadline. A difference is a failure unless the row
 //! names it as deliberate.
@@ -15,12 +15,12 @@ use std::time::{Duration, Instant};
 
 use grpc_core_api::{GrpcMethod, LedgerDurability};
 use grpc_interop_tests::raw_h2::{Behaviour, Script, goaway_then, raw_server, refuse_first};
-use grpc_interop_tests::{Attempt, METHOD, ProbeServer, pb};
+use grpc_interop_tests::{Attempt, DESCRIPTOR_SET, METHOD, ProbeServer, pb};
 use grpc_policy::{
-    GrpcRetryBudget, GrpcRetryOwner, GrpcServiceConfigPolicy, MethodClass, RetryThrottling,
-    ServiceConfig,
+    GrpcRetryBudget, GrpcRetryOwner, GrpcServiceConfigPolicy, MethodCatalog, MethodClass,
+    RetryThrottling, ServiceConfig,
 };
-use grpc_tonic::{CommitObserver, Resolution, RetryExecutor, RetrySettings};
+use grpc_tonic::{CommitObserver, Resolution, RetryExecutor, RetryLayer, RetrySettings};
 use tonic::{Request, Status};
 
 /// What one client saw of one call, and what the server saw of it.
@@ -191,11 +191,67 @@ async fn through_executor(
     observed
 }
 
+/// The RetryLayer under test: the channel owner for the probe's methods, built from `config`.
+fn retry_layer(config: &str) -> RetryLayer {
+    let parsed = GrpcServiceConfigPolicy::new(GrpcRetryOwner::Channel)
+        .parse(config)
+        .expect("a valid config");
+    let catalog = MethodCatalog::from_descriptor_set_bytes(DESCRIPTOR_SET).unwrap();
+    RetryLayer::builder(GrpcRetryOwner::Channel, parsed, catalog)
+        .build()
+        .expect("the layer accepts the row's config")
+}
+
+/// A generated client whose channel retries through [`retry_layer`].
+fn layered_client(
+    addr: std::net::SocketAddr,
+    config: &str,
+) -> pb::probe_client::ProbeClient<grpc_tonic::RetryService<tonic::transport::Channel>> {
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect_lazy();
+    pb::probe_client::ProbeClient::new(tower_layer::Layer::layer(&retry_layer(config), channel))
+}
+
+/// Runs `scripts` through a generated client over the RetryLayer, one call after another.
+async fn through_layer(
+    server: &ProbeServer,
+    config: &str,
+    case: &str,
+    scripts: &[&str],
+    timeout: Option<f64>,
+) -> Vec<Observed> {
+    let mut client = layered_client(server.addr(), config);
+    let mut observed = Vec::new();
+    for (n, script) in scripts.iter().enumerate() {
+        let call_id = format!("layer-{case}-{n}");
+        let mut request = Request::new(pb::ProbeRequest {
+            call_id: call_id.clone(),
+            script: (*script).to_owned(),
+        });
+        if let Some(timeout) = timeout {
+            request.set_timeout(Duration::from_secs_f64(timeout));
+        }
+        let started = Instant::now();
+        let answer = client.call(request).await;
+        observed.push(Observed {
+            code: match answer {
+                Ok(_) => "OK".to_owned(),
+                Err(status) => code_name(status.code()),
+            },
+            elapsed: started.elapsed(),
+            attempts: server.attempts(&call_id),
+        });
+    }
+    observed
+}
+
 fn code_name(code: tonic::Code) -> String {
     grpc_policy::code_name(code).to_owned()
 }
 
-/// Both clients, one row: returns (grpcio, executor) observations.
+/// The clients, one row: returns (grpcio, executor) observations, and holds the RetryLayer's to
+/// the executor's.
 async fn both(
     case: &str,
     config: &str,
@@ -213,6 +269,17 @@ async fn both(
         })
     };
     let ours = through_executor(&server, config, case, scripts, timeout).await;
+    // The layer is held to the executor: the same decisions, where the executor matches C-core
+    // and where it deviates on purpose.
+    let layer = through_layer(&server, config, case, scripts, timeout).await;
+    for (n, (executor, layer)) in ours.iter().zip(&layer).enumerate() {
+        assert_eq!(
+            (layer.code.as_str(), layer.previous_attempts()),
+            (executor.code.as_str(), executor.previous_attempts()),
+            "{case} call {n}: the RetryLayer (left) and the executor (right) differ\n\
+             layer: {layer:?}\nexecutor: {executor:?}"
+        );
+    }
     (reference, ours)
 }
 
@@ -393,9 +460,11 @@ async fn the_callers_shorter_deadline_wins() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_stream_is_resent_transparently() {
     let config = config_with(&retry_policy(2, "0.01s", r#""ABORTED""#), None);
-    for (client, expected_code, expected_streams) in
-        [("executor", "OK", 2), ("grpcio", "UNAVAILABLE", 1)]
-    {
+    for (client, expected_code, expected_streams) in [
+        ("executor", "OK", 2),
+        ("layer", "OK", 2),
+        ("grpcio", "UNAVAILABLE", 1),
+    ] {
         let (addr, streams) = raw_server(refuse_first).await;
         let code = one_call(client, addr, &config).await;
         assert_eq!(code, expected_code, "{client}");
@@ -407,7 +476,7 @@ async fn a_refused_stream_is_resent_transparently() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stream_above_a_goaway_is_resent_transparently_by_both() {
     let config = config_with(&retry_policy(2, "0.01s", r#""ABORTED""#), None);
-    for client in ["grpcio", "executor"] {
+    for client in ["grpcio", "executor", "layer"] {
         let (addr, streams) = goaway_then(|_| Behaviour::Answer).await;
         let code = one_call(client, addr, &config).await;
         assert_eq!(code, "OK", "{client}");
@@ -429,7 +498,7 @@ async fn a_failure_after_response_headers_is_not_retried_by_either() {
         ("trailers-only", |_| Behaviour::UnavailableTrailersOnly, 3),
     ];
     for (case, script, expected_streams) in cases {
-        for client in ["grpcio", "executor"] {
+        for client in ["grpcio", "executor", "layer"] {
             let (addr, streams) = raw_server(script).await;
             let code = one_call(client, addr, &config).await;
             assert_eq!(code, "UNAVAILABLE", "{client}, {case}");
@@ -442,13 +511,21 @@ async fn a_failure_after_response_headers_is_not_retried_by_either() {
     }
 }
 
-/// One call by `client` ("grpcio" or "executor") to a raw server; its final status name.
+/// One call by `client` ("grpcio", "executor" or "layer") to a raw server; its final status name.
 async fn one_call(client: &str, addr: std::net::SocketAddr, config: &str) -> String {
     if client == "grpcio" {
         let calls = [("raw".to_owned(), "ok")];
         return tokio::task::block_in_place(|| grpcio_calls(addr, config, &calls, Some(5.0)))
             .remove(0)
             .0;
+    }
+    if client == "layer" {
+        let mut request = Request::new(pb::ProbeRequest::default());
+        request.set_timeout(Duration::from_secs(5));
+        return match layered_client(addr, config).call(request).await {
+            Ok(_) => "OK".to_owned(),
+            Err(status) => code_name(status.code()),
+        };
     }
     let parsed = ServiceConfig::parse(config).unwrap();
     let settings = RetrySettings::from_service_config(

@@ -5,17 +5,18 @@ use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use grpc_core_api::{IdempotencyKey, LedgerDurability, REPLAYED_METADATA_KEY};
 use grpc_policy::{
-    AttemptFacts, Backoff, Evidence, GrpcRetryBudget, GrpcRetryEligibility, GrpcRetryOwner,
-    MethodClass, Pushback, RefusalReason, RetryPolicy, ServiceConfig, SplitMix64, Verdict,
+    Evidence, GrpcRetryBudget, GrpcRetryOwner, MethodClass, Pushback, RefusalReason, RetryPolicy,
+    ServiceConfig, SplitMix64,
 };
 use tonic::metadata::{AsciiMetadataValue, MetadataValue};
 use tonic::{Code, Request, Response, Status};
 
 use crate::IDEMPOTENCY_KEY_HEADER;
+use crate::attempts::{CallContext, CallRun, Next, jitter_source};
 use crate::commit::AttemptProgress;
 use crate::transport::{TransportFailure, classify};
 
@@ -47,14 +48,6 @@ fn deadline_status(status: Status, timed_out: bool) -> Status {
     }
 }
 
-/// How many times an attempt that never left the process is resent transparently in one call:
-/// A6 allows any number, bounded by the deadline; a call without a deadline needs a bound too.
-const MAX_UNSENT_RESENDS: u32 = 5;
-
-/// The pause before resending an attempt that never left the process (its connection is being
-/// replaced).
-const UNSENT_RESEND_DELAY: Duration = Duration::from_millis(10);
-
 /// Counters a caller can read to see what the executor did.
 #[derive(Debug, Default)]
 pub struct ExecutorStats {
@@ -65,6 +58,9 @@ pub struct ExecutorStats {
     /// Attempts resent because the one before provably never reached the server application
     /// (transparent retries: no budget token, not counted toward `maxAttempts`).
     pub transparent_retries: AtomicU64,
+    /// Hedged attempts sent after a call's first (the [`RetryLayer`](crate::RetryLayer) under a
+    /// `hedgingPolicy`).
+    pub hedges: AtomicU64,
     /// Times the completion of an unknown outcome was resolved before deciding.
     pub resolved_first: AtomicU64,
     /// Answers that were replays of an earlier attempt's outcome.
@@ -73,7 +69,7 @@ pub struct ExecutorStats {
 }
 
 impl ExecutorStats {
-    fn refused(&self, reason: RefusalReason) {
+    pub(crate) fn refused(&self, reason: RefusalReason) {
         let mut refusals = self.refusals.lock().unwrap_or_else(|p| p.into_inner());
         *refusals.entry(reason).or_default() += 1;
     }
@@ -139,15 +135,10 @@ pub struct RetryExecutor {
 impl RetryExecutor {
     /// An executor sharing `budget` with every other executor calling the same target.
     pub fn new(settings: RetrySettings, budget: Arc<GrpcRetryBudget>) -> Self {
-        let seed = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_nanos() as u64)
-            .unwrap_or(0x5eed)
-            ^ u64::from(std::process::id()).rotate_left(32);
         Self {
             settings,
             budget,
-            random: Mutex::new(SplitMix64::from_seed(seed)),
+            random: Mutex::new(jitter_source()),
             stats: Arc::new(ExecutorStats::default()),
         }
     }
@@ -257,9 +248,6 @@ impl RetryExecutor {
             (Some(a), Some(b)) => Some(started + a.min(b)),
             (a, b) => a.or(b).map(|d| started + d),
         };
-        let remaining = || call_deadline.map(|d| d.saturating_duration_since(Instant::now()));
-        let retryable = self.settings.policy.retryable_status_codes();
-        let mut backoff = Backoff::of(&self.settings.policy).sequence();
         let key_value: Option<AsciiMetadataValue> =
             match key {
                 Some(key) => Some(key.expose().parse().map_err(|_| {
@@ -268,11 +256,22 @@ impl RetryExecutor {
                 None => None,
             };
         let durable_ledger = self.settings.server_ledger == LedgerDurability::Durable;
-        let mut sent_attempts = 0u32;
-        let (mut unsent_resends, mut refused_resent) = (0u32, false);
+        let mut run = CallRun::new(
+            CallContext {
+                owner: self.settings.owner,
+                class,
+                has_key: key.is_some(),
+                ledger: self.settings.server_ledger,
+                policy: &self.settings.policy,
+                budget: Some(&self.budget),
+                random: &self.random,
+                stats: &self.stats,
+            },
+            call_deadline,
+        );
         loop {
             // A lookup or a backoff may have used up the rest of the deadline: send nothing then.
-            if call_deadline.is_some_and(|d| Instant::now() >= d) {
+            if run.deadline_passed() {
                 return Err(Status::deadline_exceeded("the call's deadline passed"));
             }
             let mut request = Request::new(message.clone());
@@ -281,16 +280,13 @@ impl RetryExecutor {
                     .metadata_mut()
                     .insert(IDEMPOTENCY_KEY_HEADER, value.clone());
             }
-            if sent_attempts > 0 {
+            if run.previous_attempts() > 0 {
                 request.metadata_mut().insert(
                     "grpc-previous-rpc-attempts",
-                    MetadataValue::from(sent_attempts),
+                    MetadataValue::from(run.previous_attempts()),
                 );
             }
-            let attempt_limit = match (remaining(), self.settings.per_attempt_timeout) {
-                (Some(left), Some(limit)) => Some(left.min(limit)),
-                (left, limit) => left.or(limit),
-            };
+            let attempt_limit = run.attempt_limit(self.settings.per_attempt_timeout);
             if let Some(limit) = attempt_limit {
                 // Tells the server (grpc-timeout); the timer below bounds the whole attempt.
                 request.set_timeout(limit);
@@ -302,7 +298,7 @@ impl RetryExecutor {
             let (answer, timed_out) = within(attempt_limit, call(request)).await;
             let status = match answer {
                 Ok(response) => {
-                    self.budget.record_success();
+                    run.succeeded();
                     if response.metadata().get(REPLAYED_METADATA_KEY).is_some() {
                         self.stats.replays.fetch_add(1, Ordering::Relaxed);
                     }
@@ -314,7 +310,6 @@ impl RetryExecutor {
             // application and is the call's answer, whatever broke after.
             let committed = progress.committed();
             let failure = classify(&status);
-            let deadline_passed = call_deadline.is_some_and(|d| Instant::now() >= d);
             let status = deadline_status(status, timed_out);
             let status = match failure {
                 // grpc-go and C-core report a broken connection, and a stream refused or cut off
@@ -324,40 +319,9 @@ impl RetryExecutor {
                 _ if timed_out => status,
                 _ => Status::unavailable(format!("transport failure: {}", status.message())),
             };
-            // A6: an attempt that never left the client may be resent transparently any number of
-            // times (bounded here, and by the deadline); one the server refused before its
-            // application saw it, once.
-            let transparent = !deadline_passed
-                && !committed
-                && match failure {
-                    TransportFailure::NeverLeftClient => unsent_resends < MAX_UNSENT_RESENDS,
-                    TransportFailure::NotProcessed => !refused_resent,
-                    _ => false,
-                };
-            if transparent {
-                if failure == TransportFailure::NotProcessed {
-                    refused_resent = true;
-                } else {
-                    unsent_resends += 1;
-                    // The connection is being replaced; give it a moment rather than spin.
-                    tokio::time::sleep(UNSENT_RESEND_DELAY).await;
-                }
-                self.stats
-                    .transparent_retries
-                    .fetch_add(1, Ordering::Relaxed);
-                tracing::info!(
-                    attempt = sent_attempts + 1,
-                    code = ?status.code(),
-                    evidence = ?failure,
-                    "retry decision: transparent retry, the attempt never reached the server application"
-                );
+            if !committed && run.resend_transparently(failure, status.code()).await {
                 continue;
             }
-            sent_attempts += 1;
-            if sent_attempts > 1 {
-                self.stats.retries.fetch_add(1, Ordering::Relaxed);
-            }
-            let code = status.code();
             let pushback = Pushback::from_values(
                 status
                     .metadata()
@@ -365,67 +329,27 @@ impl RetryExecutor {
                     .iter()
                     .map(|v| v.to_str().unwrap_or("")),
             );
-            // A6 throttling counts a retryable status, and a pushback that says stop, as failures.
-            if retryable.contains(code) || pushback == Some(Pushback::DoNotRetry) {
-                self.budget.record_failure();
-            }
-            let next_backoff = {
-                let mut random = self.random.lock().unwrap_or_else(|p| p.into_inner());
-                backoff.next_delay(pushback, &mut *random)
+            // A keyed mutation against a durable ledger is the exception to A6's commit rule:
+            // its outcome, once headers arrived, is still asked for rather than given up on (a
+            // lookup is not a resend, and a resend under the same key is a replay).
+            let evidence = if committed && !(key.is_some() && durable_ledger) {
+                Evidence::PrefixDelivered
+            } else {
+                Evidence::Sent
             };
-            let Some(next_backoff) = next_backoff else {
-                tracing::info!(code = ?code, "retry decision: the server's pushback says do not retry");
-                return Err(status);
-            };
-            let facts = AttemptFacts {
-                owner: self.settings.owner,
-                class,
-                // A keyed mutation against a durable ledger is the exception to A6's commit
-                // rule: its outcome, once headers arrived, is still asked for rather than given
-                // up on (a lookup is not a resend, and a resend under the same key is a replay).
-                evidence: if committed && !(key.is_some() && durable_ledger) {
-                    Evidence::PrefixDelivered
-                } else {
-                    Evidence::Sent
-                },
-                code,
-                retryable,
-                has_key: key.is_some(),
-                ledger: self.settings.server_ledger,
-                sent_attempts,
-                max_attempts: self.settings.policy.max_attempts(),
-                remaining_deadline: remaining(),
-                next_backoff,
-                budget_allows: self.budget.allows_retry(),
-            };
-            let verdict = GrpcRetryEligibility::decide(&facts);
-            tracing::info!(
-                attempt = sent_attempts,
-                code = ?code,
-                class = ?class,
-                %verdict,
-                "retry decision"
-            );
-            match verdict {
-                Verdict::Retry => tokio::time::sleep(next_backoff).await,
-                Verdict::Refuse(reason) => {
-                    self.stats.refused(reason);
-                    return Err(status);
-                }
-                Verdict::ResolveCompletionFirst => {
-                    self.stats.resolved_first.fetch_add(1, Ordering::Relaxed);
+            match run.judge(status.code(), pushback, evidence) {
+                Next::Retry(backoff) => run.pause(backoff).await,
+                Next::Stop => return Err(status),
+                Next::ResolveFirst(backoff) => {
                     match self.resolve(&mut resolve, call_deadline).await? {
                         Some(response) => return Ok(response),
-                        None if self.budget.allows_retry() => {
+                        None if run.may_resend() => {
                             tracing::info!(
                                 "operation never committed; resending with the same key"
                             );
-                            tokio::time::sleep(next_backoff).await;
+                            run.pause(backoff).await;
                         }
-                        None => {
-                            self.stats.refused(RefusalReason::BudgetExhausted);
-                            return Err(status);
-                        }
+                        None => return Err(status),
                     }
                 }
             }

@@ -8,11 +8,13 @@
 //!   jittered backoff and server pushback, and resolves the completion of a keyed mutation whose
 //!   outcome is unknown before resending it. Every decision is a `tracing` event with its reason.
 
+mod attempts;
 mod caller;
 mod commit;
 mod executor;
 mod guard;
 mod method_layer;
+mod retry_layer;
 mod transport;
 
 pub use caller::{
@@ -23,6 +25,9 @@ pub use commit::{CommitObserver, CommitObserverLayer};
 pub use executor::{ExecutorStats, Resolution, RetryExecutor, RetrySettings};
 pub use guard::{Committed, GuardConfig, GuardMode, HandlerError, KeyedMutationGuard, Resolved};
 pub use method_layer::{MethodFromPath, MethodFromPathLayer};
+pub use retry_layer::{
+    DEFAULT_PER_CALL_BUFFER, RetryLayer, RetryLayerBuilder, RetryLayerError, RetryService,
+};
 pub use transport::{TransportFailure, classify as transport_failure};
 
 /// The request metadata that carries the caller's idempotency key, unless configured otherwise.

@@ -39,8 +39,14 @@ impl TransportFailure {
 /// Reads what `status`'s source chain proves about the request (the executor's evidence for
 /// transparent retries and for unknown outcomes; public for callers with loops of their own).
 pub fn classify(status: &Status) -> TransportFailure {
+    classify_chain(status.source())
+}
+
+/// Reads what an error chain, from `first` down its sources, proves about the request (the
+/// [`RetryLayer`](crate::RetryLayer) sees the channel's error itself, not a `Status`).
+pub(crate) fn classify_chain(first: Option<&(dyn Error + 'static)>) -> TransportFailure {
     let mut lost = false;
-    let mut cause: Option<&(dyn Error + 'static)> = status.source();
+    let mut cause = first;
     while let Some(error) = cause {
         if error.downcast_ref::<tonic::ConnectError>().is_some() {
             return TransportFailure::NeverLeftClient;
