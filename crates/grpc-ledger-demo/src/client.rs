@@ -11,10 +11,11 @@ use grpc_core_api::{IdempotencyKey, LedgerDurability, LedgerUnitsOfWork};
 use grpc_operation_ledger_seaorm::SeaOrmUnitsOfWork;
 use grpc_policy::{
     GrpcRetryBudget, GrpcRetryOwner, GrpcRetryOwnershipValidator, GrpcServiceConfigPolicy,
-    MethodCatalog, Severity,
+    LedgerKnowledge, MethodCatalog, ServiceConfig, Severity,
 };
 use grpc_tonic::{
-    CommitObserver, IDEMPOTENCY_KEY_HEADER, Resolution, RetryExecutor, RetrySettings,
+    CommitObserver, IDEMPOTENCY_KEY_HEADER, Resolution, RetryExecutor, RetryLayer, RetryService,
+    RetrySettings,
 };
 use sea_orm::ConnectionTrait;
 use tokio::sync::Semaphore;
@@ -43,6 +44,20 @@ pub struct ClientOptions {
     pub run_id: String,
     /// Draw a progress bar on stderr (only when it is a terminal).
     pub progress: bool,
+    /// Who retries the payments.
+    pub retries: ClientRetries,
+}
+
+/// Who retries the client's payments: one owner, never both.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClientRetries {
+    /// The channel: the generated client over a [`RetryLayer`] built from the service config. An
+    /// unknown outcome is resolved by resending under the same key, which the server's ledger
+    /// answers as a lookup.
+    Channel,
+    /// The application: each payment through a [`RetryExecutor`] with the same retry parameters,
+    /// which asks the server's ResolvePayment what became of an unknown outcome before resending.
+    Application,
 }
 
 /// The generated client over a channel the executor can see A6's commit point through, with the
@@ -63,21 +78,32 @@ pub fn with_token(mut request: Request<()>) -> Result<Request<()>, Status> {
     Ok(request)
 }
 
-/// Reads the channel's retry settings from the service config, after checking it against the
-/// service's own descriptor set and the one-owner rule, as users' CI would with grpc-retry-lint.
-pub fn retry_settings() -> Result<(RetrySettings, Arc<GrpcRetryBudget>)> {
+/// Reads the demo's service config and the catalog of its methods (CreatePayment marked a keyed
+/// mutation), after checking the config against them and the one-owner rule, as users' CI would
+/// with grpc-retry-lint.
+pub fn channel_config() -> Result<(ServiceConfig, MethodCatalog)> {
     let owner = GrpcRetryOwner::Channel;
     let config = GrpcServiceConfigPolicy::new(owner).parse(SERVICE_CONFIG)?;
     let mut catalog = MethodCatalog::from_descriptor_set_bytes(DESCRIPTOR_SET)?;
     catalog.mark_keyed_mutation(&create_method())?;
-    let findings = GrpcRetryOwnershipValidator::new(owner).validate(&config, &catalog);
+    let findings = GrpcRetryOwnershipValidator::new(owner)
+        .with_ledger(LedgerKnowledge::Durable)
+        .validate(&config, &catalog);
     if let Some(error) = findings.iter().find(|f| f.severity == Severity::Error) {
         bail!("the demo's service config is unsafe: {error}");
     }
+    Ok((config, catalog))
+}
+
+/// The executor's settings for the application owner: the service config's retry parameters for
+/// CreatePayment and its throttling, owned by the application (its channel then runs without
+/// them, so only one layer retries).
+pub fn retry_settings() -> Result<(RetrySettings, Arc<GrpcRetryBudget>)> {
+    let (config, _) = channel_config()?;
     let settings = RetrySettings::from_service_config(
         &config,
         &create_method(),
-        owner,
+        GrpcRetryOwner::Application,
         LedgerDurability::Durable,
     )
     .context("the service config has no retry policy for CreatePayment")?;
@@ -86,6 +112,30 @@ pub fn retry_settings() -> Result<(RetrySettings, Arc<GrpcRetryBudget>)> {
         .context("the service config has no retryThrottling")?;
     Ok((settings, Arc::new(GrpcRetryBudget::new(&throttling))))
 }
+
+/// The generated client over the channel with a [`RetryLayer`] from the service config, and the
+/// layer (for its counters).
+pub fn layered_client(channel: Channel, target: &str) -> Result<(LayeredClient, RetryLayer)> {
+    let (config, catalog) = channel_config()?;
+    let layer = RetryLayer::builder(GrpcRetryOwner::Channel, config, catalog)
+        .server_ledger(LedgerDurability::Durable)
+        .target(target)
+        .build()?;
+    let client = PaymentsClient::with_interceptor(
+        tower_layer::Layer::layer(&layer, channel),
+        with_token as fn(_) -> _,
+    );
+    Ok((client, layer))
+}
+
+/// The generated client over a channel whose retries a [`RetryLayer`] owns, with the demo's
+/// token.
+pub type LayeredClient = PaymentsClient<
+    tonic::service::interceptor::InterceptedService<
+        RetryService<Channel>,
+        fn(Request<()>) -> Result<Request<()>, Status>,
+    >,
+>;
 
 /// Asks the server what became of the payment with idempotency key `key` (the executor's
 /// resolve-first lookup).
@@ -134,10 +184,23 @@ pub async fn run_client(
     let channel = Channel::from_shared(format!("http://{addr}"))?
         .connect()
         .await?;
-    let client: Client =
-        PaymentsClient::with_interceptor(CommitObserver::new(channel), with_token as fn(_) -> _);
-    let (settings, budget) = retry_settings()?;
-    let executor = Arc::new(RetryExecutor::new(settings, budget));
+    let client: Client = PaymentsClient::with_interceptor(
+        CommitObserver::new(channel.clone()),
+        with_token as fn(_) -> _,
+    );
+    let (retrier, stats) = match options.retries {
+        ClientRetries::Channel => {
+            let (layered, layer) = layered_client(channel, &addr.to_string())?;
+            let stats = Arc::clone(layer.stats());
+            (Retrier::Channel(layered), stats)
+        }
+        ClientRetries::Application => {
+            let (settings, budget) = retry_settings()?;
+            let executor = Arc::new(RetryExecutor::new(settings, budget));
+            let stats = Arc::clone(executor.stats());
+            (Retrier::Application(executor), stats)
+        }
+    };
     let gate = Arc::new(Semaphore::new(options.concurrency.max(1)));
     let mut tasks = Vec::new();
     // indicatif draws only on a terminal: piped into a log or CI, stderr gets no frames.
@@ -148,12 +211,11 @@ pub async fn run_client(
     };
     for n in 0..options.payments {
         let permit = Arc::clone(&gate).acquire_owned().await?;
-        let (client, executor, task_options) =
-            (client.clone(), Arc::clone(&executor), options.clone());
+        let (client, retrier, task_options) = (client.clone(), retrier.clone(), options.clone());
         let bar = bar.clone();
         tasks.push(tokio::spawn(async move {
             let _permit = permit;
-            let outcome = pay_once(n, client, &executor, &task_options).await;
+            let outcome = pay_once(n, client, &retrier, &task_options).await;
             bar.inc(1);
             outcome
         }));
@@ -179,7 +241,6 @@ pub async fn run_client(
         report.changed_body_accepted += outcome.changed_body_accepted;
     }
     bar.finish_and_clear();
-    let stats = executor.stats();
     report.acknowledged = acknowledged.len() as u64;
     report.attempts = stats.attempts.load(Ordering::Relaxed);
     report.retries = stats.retries.load(Ordering::Relaxed);
@@ -216,10 +277,57 @@ struct PaymentOutcome {
     changed_body_accepted: u64,
 }
 
+/// The payments' retry owner, ready to send.
+#[derive(Clone)]
+enum Retrier {
+    Channel(LayeredClient),
+    Application(Arc<RetryExecutor>),
+}
+
+impl Retrier {
+    /// Sends `message` under `key` within `deadline`, retried by this owner.
+    async fn create_payment(
+        &self,
+        client: &Client,
+        message: CreatePaymentRequest,
+        key: &IdempotencyKey,
+        deadline: Duration,
+    ) -> Result<tonic::Response<Payment>, Status> {
+        let key_value: AsciiMetadataValue = key
+            .expose()
+            .parse()
+            .map_err(|_| Status::invalid_argument("the key is not valid metadata"))?;
+        match self {
+            Self::Channel(layered) => {
+                let mut request = Request::new(message);
+                request
+                    .metadata_mut()
+                    .insert(IDEMPOTENCY_KEY_HEADER, key_value);
+                request.set_timeout(deadline);
+                layered.clone().create_payment(request).await
+            }
+            Self::Application(executor) => {
+                executor
+                    .call_keyed(
+                        message,
+                        key,
+                        Some(deadline),
+                        |request| {
+                            let mut client = client.clone();
+                            async move { client.create_payment(request).await }
+                        },
+                        || resolve(client.clone(), key_value.clone()),
+                    )
+                    .await
+            }
+        }
+    }
+}
+
 async fn pay_once(
     n: u64,
     client: Client,
-    executor: &RetryExecutor,
+    retrier: &Retrier,
     options: &ClientOptions,
 ) -> PaymentOutcome {
     let key_text = format!("{}-order-{n}", options.run_id);
@@ -232,17 +340,8 @@ async fn pay_once(
         labels: labels(n),
     };
     let started = Instant::now();
-    let answer = executor
-        .call_keyed(
-            message.clone(),
-            &key,
-            Some(options.deadline),
-            |request| {
-                let mut client = client.clone();
-                async move { client.create_payment(request).await }
-            },
-            || resolve(client.clone(), key_value.clone()),
-        )
+    let answer = retrier
+        .create_payment(&client, message.clone(), &key, options.deadline)
         .await;
     let latency = started.elapsed();
     let mut outcome = PaymentOutcome {

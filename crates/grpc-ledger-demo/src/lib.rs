@@ -15,7 +15,10 @@ mod server;
 use std::fmt;
 use std::time::Duration;
 
-pub use client::{Client, ClientOptions, resolve, retry_settings, run_client, with_token};
+pub use client::{
+    Client, ClientOptions, ClientRetries, LayeredClient, channel_config, layered_client, resolve,
+    retry_settings, run_client, with_token,
+};
 pub use server::{Faults, PaymentsService, authenticate, insert_payment, prepare_database};
 
 /// The descriptor set of the demo's .proto, compiled by protox at build time.

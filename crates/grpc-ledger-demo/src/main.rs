@@ -5,8 +5,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use clap::Parser;
 use grpc_ledger_demo::{
-    ClientOptions, FaultOptions, Faults, INJECTED_DELAY, Store, open_store, run_client,
-    run_demo_in, serve, service,
+    ClientOptions, ClientRetries, FaultOptions, Faults, INJECTED_DELAY, Store, open_store,
+    run_client, run_demo_in, serve, service,
 };
 use grpc_operation_ledger_seaorm::{Pooler, SeaOrmUnitsOfWork};
 use grpc_tonic::GuardMode;
@@ -50,6 +50,11 @@ struct Args {
     /// handlers whose every effect is in that transaction, as the demo's is).
     #[arg(long, value_enum, default_value_t = Mode::ClaimFirst)]
     mode: Mode,
+    /// Who retries on the client: `channel` (the generated client over a RetryLayer built from
+    /// the service config; an unknown outcome is resent under its key, which the server's ledger
+    /// answers as a lookup) or `application` (a RetryExecutor that asks ResolvePayment first).
+    #[arg(long, value_enum, default_value_t = Retries::Channel)]
+    retries: Retries,
     /// The SQLite file (default: a fresh file in the temporary directory, removed afterwards).
     #[arg(long)]
     sqlite: Option<std::path::PathBuf>,
@@ -62,6 +67,22 @@ struct Args {
     /// Names this run's keys and accounts (default: from the clock).
     #[arg(long)]
     run_id: Option<String>,
+}
+
+/// The client's retry owner on the command line.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum Retries {
+    Channel,
+    Application,
+}
+
+impl From<Retries> for ClientRetries {
+    fn from(retries: Retries) -> Self {
+        match retries {
+            Retries::Channel => ClientRetries::Channel,
+            Retries::Application => ClientRetries::Application,
+        }
+    }
 }
 
 /// The guard's modes on the command line.
@@ -114,6 +135,7 @@ async fn main() -> ExitCode {
         changed_body_every: args.changed_body_every,
         run_id: run_id.clone(),
         progress: args.serve.is_none() && args.connect.is_none(),
+        retries: args.retries.into(),
     };
     eprintln!(
         "store: {}",
