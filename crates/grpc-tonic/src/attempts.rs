@@ -15,6 +15,7 @@ use grpc_policy::{
 use tonic::Code;
 
 use crate::ExecutorStats;
+use crate::metrics::CallCounts;
 use crate::transport::TransportFailure;
 
 /// How many times an attempt that never left the process is resent transparently in one call:
@@ -85,13 +86,15 @@ pub(crate) struct CallRun<'a> {
     sent_attempts: u32,
     unsent_resends: u32,
     refused_resent: bool,
+    /// A retry was decided; it is counted when its attempt starts.
+    retry_pending: bool,
     /// Retries that counted toward `maxAttempts` (A96's `grpc.client.call.retries`).
-    pub(crate) retries: u32,
+    retries: u32,
     /// Transparent retries (A96's `grpc.client.call.transparent_retries`).
-    pub(crate) transparent_retries: u32,
+    transparent_retries: u32,
     /// Time spent with no attempt in flight, waiting to send the next (A96's
     /// `grpc.client.call.retry_delay`).
-    pub(crate) retry_delay: Duration,
+    retry_delay: Duration,
 }
 
 impl<'a> CallRun<'a> {
@@ -104,9 +107,20 @@ impl<'a> CallRun<'a> {
             sent_attempts: 0,
             unsent_resends: 0,
             refused_resent: false,
+            retry_pending: false,
             retries: 0,
             transparent_retries: 0,
             retry_delay: Duration::ZERO,
+        }
+    }
+
+    /// What the call did so far, as A96 counts it.
+    pub(crate) fn counts(&self) -> CallCounts {
+        CallCounts {
+            retries: self.retries,
+            transparent_retries: self.transparent_retries,
+            hedges: 0,
+            retry_delay: self.retry_delay,
         }
     }
 
@@ -133,6 +147,16 @@ impl<'a> CallRun<'a> {
         match (self.remaining(), per_attempt) {
             (Some(left), Some(limit)) => Some(left.min(limit)),
             (left, limit) => left.or(limit),
+        }
+    }
+
+    /// Marks the start of an attempt: a retry is counted when it is sent, not when decided (the
+    /// deadline may end the call during the backoff).
+    pub(crate) fn attempt_starts(&mut self) {
+        self.context.stats.attempts.fetch_add(1, Ordering::Relaxed);
+        if std::mem::take(&mut self.retry_pending) {
+            self.retries += 1;
+            self.context.stats.retries.fetch_add(1, Ordering::Relaxed);
         }
     }
 
@@ -198,10 +222,6 @@ impl<'a> CallRun<'a> {
     ) -> Next {
         let context = &self.context;
         self.sent_attempts += 1;
-        if self.sent_attempts > 1 {
-            self.retries += 1;
-            context.stats.retries.fetch_add(1, Ordering::Relaxed);
-        }
         let retryable = context.policy.retryable_status_codes();
         // A6 throttling counts a retryable status, and a pushback that says stop, as failures.
         if retryable.contains(code) || pushback == Some(Pushback::DoNotRetry) {
@@ -238,7 +258,10 @@ impl<'a> CallRun<'a> {
             "retry decision"
         );
         match verdict {
-            Verdict::Retry => Next::Retry(next_backoff),
+            Verdict::Retry => {
+                self.retry_pending = true;
+                Next::Retry(next_backoff)
+            }
             Verdict::Refuse(reason) => {
                 context.stats.refused(reason);
                 Next::Stop
@@ -252,8 +275,9 @@ impl<'a> CallRun<'a> {
 
     /// Whether an operation found never to have committed may be sent again: a resend is a
     /// retry, so the budget must still allow one (refused and counted otherwise).
-    pub(crate) fn may_resend(&self) -> bool {
+    pub(crate) fn may_resend(&mut self) -> bool {
         if self.context.budget_allows() {
+            self.retry_pending = true;
             return true;
         }
         self.context.stats.refused(RefusalReason::BudgetExhausted);

@@ -294,7 +294,7 @@ impl RetryExecutor {
             // A CommitObserver around the channel marks it when the response headers arrive.
             let progress = AttemptProgress::default();
             request.extensions_mut().insert(progress.clone());
-            self.stats.attempts.fetch_add(1, Ordering::Relaxed);
+            run.attempt_starts();
             let (answer, timed_out) = within(attempt_limit, call(request)).await;
             let status = match answer {
                 Ok(response) => {

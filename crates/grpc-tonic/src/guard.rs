@@ -2,7 +2,7 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use grpc_core_api::{
     ClaimOutcome, Completion, GrpcMethod, GrpcOperationIdentity, IdempotencyKey, InvalidInput,
@@ -12,8 +12,9 @@ use grpc_core_api::{
 };
 use prost::Message;
 use tonic::metadata::{MetadataMap, MetadataValue};
-use tonic::{Extensions, Request, Response, Status};
+use tonic::{Code, Extensions, Request, Response, Status};
 
+use crate::metrics::{LedgerAnswer, ServerMetrics};
 use crate::{AuthenticatedPrincipalExtractor, CallerExtractor, IDEMPOTENCY_KEY_HEADER};
 
 /// How the guard reads and protects keyed mutations.
@@ -125,6 +126,7 @@ pub struct KeyedMutationGuard<U> {
     units: Arc<U>,
     config: GuardConfig,
     callers: Arc<dyn CallerExtractor>,
+    metrics: Option<ServerMetrics>,
 }
 
 impl<U> Clone for KeyedMutationGuard<U> {
@@ -133,6 +135,7 @@ impl<U> Clone for KeyedMutationGuard<U> {
             units: Arc::clone(&self.units),
             config: self.config.clone(),
             callers: Arc::clone(&self.callers),
+            metrics: self.metrics.clone(),
         }
     }
 }
@@ -147,6 +150,23 @@ where
             units: Arc::new(units),
             config,
             callers: Arc::new(AuthenticatedPrincipalExtractor),
+            metrics: None,
+        }
+    }
+
+    /// Records the ledger's side with `meter`: `grpc.server.ledger.answers` (keyed calls answered
+    /// without running the handler, by `grpc.ledger.answer`: `replay`, `in_flight`,
+    /// `key_reused`) and `grpc.server.ledger.claim_duration` (seconds from the unit's start to
+    /// the ledger's answer on whether the handler runs), labelled `grpc.method`.
+    #[cfg(feature = "opentelemetry")]
+    pub fn with_meter(mut self, meter: &opentelemetry::metrics::Meter) -> Self {
+        self.metrics = Some(ServerMetrics::new(meter));
+        self
+    }
+
+    fn answered(&self, method: &GrpcMethod, answer: LedgerAnswer) {
+        if let Some(metrics) = &self.metrics {
+            metrics.answered(method, answer);
         }
     }
 
@@ -246,6 +266,7 @@ where
         PF: Future<Output = Result<R, Status>> + Send,
     {
         tracing::debug!(method = %method, state = %record.state(), "replaying a finished operation");
+        self.answered(method, LedgerAnswer::Replay);
         let answer = match record.finished {
             Some((_, Completion::Committed(outcome))) => replay(Arc::clone(&transaction), outcome)
                 .await
@@ -304,6 +325,7 @@ where
         P: FnOnce(Arc<U::Transaction>, OutcomeReference) -> PF + Send,
         PF: Future<Output = Result<R, Status>> + Send,
     {
+        let started = Instant::now();
         let transaction = Arc::new(self.units.begin().await.map_err(Status::from)?);
         let before = match self.config.mode {
             GuardMode::ClaimFirst => {
@@ -315,6 +337,9 @@ where
                     .await
             }
         };
+        if let Some(metrics) = &self.metrics {
+            metrics.claimed(method, started.elapsed());
+        }
         let claimed = match before {
             Ok(Before::RunHandler { claimed }) => claimed,
             Ok(Before::Replay(record)) => {
@@ -323,6 +348,13 @@ where
                     .await;
             }
             Err(status) => {
+                // Only the ledger refuses here: ABORTED is an operation in flight,
+                // FAILED_PRECONDITION a key reused for another request.
+                match status.code() {
+                    Code::Aborted => self.answered(method, LedgerAnswer::InFlight),
+                    Code::FailedPrecondition => self.answered(method, LedgerAnswer::KeyReused),
+                    _ => {}
+                }
                 tracing::debug!(method = %method, code = ?status.code(), "refused before the handler");
                 self.roll_back(transaction).await;
                 return Err(status);
@@ -439,10 +471,14 @@ where
                     .await
             }
             Ok(RecordOutcome::InProgress { retry_after }) => {
+                self.answered(method, LedgerAnswer::InFlight);
                 self.roll_back(transaction).await;
                 Err(LedgerError::InFlight { retry_after }.into())
             }
             Err(error) => {
+                if matches!(error, LedgerError::KeyReusedWithDifferentRequest) {
+                    self.answered(method, LedgerAnswer::KeyReused);
+                }
                 self.roll_back(transaction).await;
                 Err(error.into())
             }

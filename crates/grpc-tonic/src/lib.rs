@@ -14,6 +14,7 @@ mod commit;
 mod executor;
 mod guard;
 mod method_layer;
+mod metrics;
 mod retry_layer;
 mod transport;
 

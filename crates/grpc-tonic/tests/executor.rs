@@ -3,7 +3,7 @@
 
 use std::collections::VecDeque;
 use std::future::Future;
-use std::sync::atomic::AtomicU32;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -122,6 +122,10 @@ async fn an_idempotent_call_is_retried_with_the_same_key_and_attempt_counts() {
             (Some("k-1".into()), Some("2".into())),
         ]
     );
+    // A retry is counted when it is sent, the one that succeeded included.
+    let stats = executor.stats();
+    assert_eq!(stats.attempts.load(Ordering::Relaxed), 3);
+    assert_eq!(stats.retries.load(Ordering::Relaxed), 2);
 }
 
 #[tokio::test]

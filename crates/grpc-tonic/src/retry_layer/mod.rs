@@ -15,8 +15,8 @@ use bytes::Bytes;
 use grpc_core_api::{GrpcMethod, LedgerDurability, REPLAYED_METADATA_KEY};
 use grpc_policy::{
     Evidence, Finding, GrpcRetryBudget, GrpcRetryOwner, GrpcRetryOwnershipValidator, HedgingPolicy,
-    LedgerKnowledge, MethodCatalog, MethodClass, MethodConfig, Pushback, RefusalReason,
-    RetryPolicy, ServiceConfig, Severity, SplitMix64,
+    LedgerKnowledge, MethodCatalog, MethodClass, Pushback, RefusalReason, RetryPolicy,
+    ServiceConfig, Severity, SplitMix64,
 };
 use http::HeaderValue;
 use http_body::Body as HttpBody;
@@ -30,6 +30,7 @@ use self::attempt::{
 };
 use self::replay::RequestReplay;
 use crate::attempts::{CallContext, CallRun, Next, jitter_source};
+use crate::metrics::{CallCounts, ClientMetrics};
 use crate::{ExecutorStats, IDEMPOTENCY_KEY_HEADER};
 
 /// How much of one call's request body is kept to send again, unless set otherwise: 256 KiB, as
@@ -118,6 +119,7 @@ pub struct RetryLayerBuilder {
     buffer_limit: usize,
     stats: Arc<ExecutorStats>,
     target: String,
+    metrics: Option<ClientMetrics>,
 }
 
 impl RetryLayer {
@@ -138,6 +140,7 @@ impl RetryLayer {
             buffer_limit: DEFAULT_PER_CALL_BUFFER,
             stats: Arc::new(ExecutorStats::default()),
             target: "unknown".to_owned(),
+            metrics: None,
         }
     }
 
@@ -175,9 +178,19 @@ impl RetryLayerBuilder {
         self
     }
 
-    /// Names the channel's target (A66's `grpc.target`) in logs.
+    /// Names the channel's target (A66's `grpc.target`: the target URI the channel was created
+    /// with) in logs and metrics.
     pub fn target(mut self, target: impl Into<String>) -> Self {
         self.target = target.into();
+        self
+    }
+
+    /// Records gRFC A96's per-call retry metrics (`grpc.client.call.retries`,
+    /// `grpc.client.call.transparent_retries`, `grpc.client.call.hedges`,
+    /// `grpc.client.call.retry_delay`, labelled `grpc.method` and `grpc.target`) with `meter`.
+    #[cfg(feature = "opentelemetry")]
+    pub fn meter(mut self, meter: &opentelemetry::metrics::Meter) -> Self {
+        self.metrics = Some(ClientMetrics::new(meter));
         self
     }
 
@@ -216,6 +229,7 @@ impl RetryLayerBuilder {
                 random: Mutex::new(jitter_source()),
                 stats: self.stats,
                 target: self.target,
+                metrics: self.metrics,
             }),
         })
     }
@@ -249,6 +263,7 @@ struct Shared {
     random: Mutex<SplitMix64>,
     stats: Arc<ExecutorStats>,
     target: String,
+    metrics: Option<ClientMetrics>,
 }
 
 impl<S, B> Service<http::Request<Body>> for RetryService<S>
@@ -276,9 +291,8 @@ where
 }
 
 /// The parts of a call every attempt shares.
-struct Call<'a> {
+struct Call {
     method: GrpcMethod,
-    entry: &'a MethodConfig,
     class: MethodClass,
     has_key: bool,
     deadline: Option<Instant>,
@@ -286,7 +300,7 @@ struct Call<'a> {
     replay: RequestReplay,
 }
 
-impl Call<'_> {
+impl Call {
     /// The request of one attempt: the call's head, `previous` attempts, the time `limit` the
     /// server is told, and the body from its first byte.
     fn attempt(&self, previous: u32, limit: Option<Duration>) -> http::Request<Body> {
@@ -347,23 +361,33 @@ impl Shared {
         let (head, body) = request.into_parts();
         let call = Call {
             method,
-            entry,
             class,
             has_key,
             deadline,
             head,
             replay: RequestReplay::new(body, self.buffer_limit),
         };
-        let answer = match (&entry.retry_policy, &entry.hedging_policy) {
+        let (answer, counts) = match (&entry.retry_policy, &entry.hedging_policy) {
             (Some(policy), _) => self.retry(inner, &call, policy).await,
             (None, Some(hedging)) => self.hedge(inner, &call, hedging).await,
             (None, None) => {
                 self.stats.attempts.fetch_add(1, Ordering::Relaxed);
-                send(inner, call.attempt(0, call.remaining()), call.remaining())
-                    .await
-                    .into_answer()
+                let end = send(inner, call.attempt(0, call.remaining()), call.remaining()).await;
+                (end.into_answer(), CallCounts::default())
             }
         };
+        tracing::debug!(
+            grpc.method = %call.method,
+            grpc.target = %self.target,
+            retries = counts.retries,
+            transparent_retries = counts.transparent_retries,
+            hedges = counts.hedges,
+            retry_delay = ?counts.retry_delay,
+            "call ended"
+        );
+        if let Some(metrics) = &self.metrics {
+            metrics.record(&call.method, &self.target, counts);
+        }
         if let Ok(response) = &answer
             && response.headers().contains_key(REPLAYED_METADATA_KEY)
         {
@@ -376,9 +400,9 @@ impl Shared {
     async fn retry<S, B>(
         &self,
         inner: S,
-        call: &Call<'_>,
+        call: &Call,
         policy: &RetryPolicy,
-    ) -> Result<http::Response<Body>, BoxError>
+    ) -> (Result<http::Response<Body>, BoxError>, CallCounts)
     where
         S: Service<http::Request<Body>, Response = http::Response<B>> + Clone + Send + 'static,
         S::Future: Send + 'static,
@@ -389,7 +413,7 @@ impl Shared {
         let mut run = CallRun::new(self.context(call, policy), call.deadline);
         loop {
             let limit = run.attempt_limit(policy.per_attempt_recv_timeout());
-            self.stats.attempts.fetch_add(1, Ordering::Relaxed);
+            run.attempt_starts();
             let end = send(
                 inner.clone(),
                 call.attempt(run.previous_attempts(), limit),
@@ -397,12 +421,12 @@ impl Shared {
             )
             .await;
             if let AttemptEnd::Answered(response) = end {
-                self.log_end(call, &run);
-                return Ok(FinalStatusBody::wrap(
+                let response = FinalStatusBody::wrap(
                     response,
                     self.budget.as_ref(),
                     policy.retryable_status_codes(),
-                ));
+                );
+                return (Ok(response), run.counts());
             }
             let code = end.code();
             let (failure, pushback) = match &end {
@@ -423,18 +447,14 @@ impl Shared {
                     "retry decision: refuse: the request body passed the per-call buffer, the call is committed"
                 );
                 self.stats.refused(RefusalReason::PrefixDelivered);
-                return end.into_answer();
+                return (end.into_answer(), run.counts());
             }
             match run.judge(code, pushback, Evidence::Sent) {
                 Next::Retry(backoff) => run.pause(backoff).await,
-                Next::Stop => {
-                    self.log_end(call, &run);
-                    return end.into_answer();
-                }
+                Next::Stop => return (end.into_answer(), run.counts()),
                 Next::ResolveFirst(backoff) => {
                     if !run.may_resend() {
-                        self.log_end(call, &run);
-                        return end.into_answer();
+                        return (end.into_answer(), run.counts());
                     }
                     // The layer has no lookup of its own: a resend under the same key is one,
                     // answered from the server's durable ledger (ADR 0011).
@@ -446,8 +466,7 @@ impl Shared {
                 }
             }
             if run.deadline_passed() {
-                self.log_end(call, &run);
-                return Ok(deadline_passed().into_http());
+                return (Ok(deadline_passed().into_http()), run.counts());
             }
         }
     }
@@ -456,9 +475,9 @@ impl Shared {
     async fn hedge<S, B>(
         &self,
         inner: S,
-        call: &Call<'_>,
+        call: &Call,
         hedging: &HedgingPolicy,
-    ) -> Result<http::Response<Body>, BoxError>
+    ) -> (Result<http::Response<Body>, BoxError>, CallCounts)
     where
         S: Service<http::Request<Body>, Response = http::Response<B>> + Clone + Send + 'static,
         S::Future: Send + 'static,
@@ -483,9 +502,16 @@ impl Shared {
         let mut attempts = JoinSet::new();
         let (mut sent, mut next_at, mut stop_sending) = (0u32, Instant::now(), false);
         let mut last: Option<AttemptEnd> = None;
+        // A96's retry delay for hedging: the time after the first copy with none in flight.
+        let (mut idle_since, mut idle) = (None::<Instant>, Duration::ZERO);
+        let counts = |sent: u32, idle: Duration| CallCounts {
+            hedges: sent.saturating_sub(1),
+            retry_delay: idle,
+            ..CallCounts::default()
+        };
         loop {
             if call.deadline.is_some_and(|d| Instant::now() >= d) {
-                return Ok(deadline_passed().into_http());
+                return (Ok(deadline_passed().into_http()), counts(sent, idle));
             }
             let may_send = sent < max_attempts
                 && !stop_sending
@@ -494,6 +520,9 @@ impl Shared {
             if may_send && Instant::now() >= next_at {
                 let request = call.attempt(sent, call.remaining());
                 attempts.spawn(send(inner.clone(), request, call.remaining()));
+                if let Some(since) = idle_since.take() {
+                    idle += since.elapsed();
+                }
                 self.stats.attempts.fetch_add(1, Ordering::Relaxed);
                 if sent > 0 {
                     self.stats.hedges.fetch_add(1, Ordering::Relaxed);
@@ -504,23 +533,31 @@ impl Shared {
                 continue;
             }
             if attempts.is_empty() && !may_send {
-                return match last {
+                let answer = match last {
                     Some(end) => end.into_answer(),
                     None => Ok(deadline_passed().into_http()),
                 };
+                return (answer, counts(sent, idle));
+            }
+            if attempts.is_empty() && idle_since.is_none() && sent > 0 {
+                idle_since = Some(Instant::now());
             }
             let deadline = call.deadline.map(tokio::time::Instant::from_std);
             tokio::select! {
                 joined = attempts.join_next(), if !attempts.is_empty() => {
-                    let end = joined.expect("the set is not empty")?;
+                    let end = match joined.expect("the set is not empty") {
+                        Ok(end) => end,
+                        Err(failed) => return (Err(failed.into()), counts(sent, idle)),
+                    };
                     let code = end.code();
                     if let AttemptEnd::Answered(response) = end {
                         // Dropping the set cancels every other copy.
-                        return Ok(FinalStatusBody::wrap(response, self.budget.as_ref(), non_fatal));
+                        let response = FinalStatusBody::wrap(response, self.budget.as_ref(), non_fatal);
+                        return (Ok(response), counts(sent, idle));
                     }
                     if !non_fatal.contains(code) {
                         tracing::info!(method = %call.method, ?code, "hedging decision: a fatal status is the answer");
-                        return end.into_answer();
+                        return (end.into_answer(), counts(sent, idle));
                     }
                     if let Some(budget) = &self.budget {
                         budget.record_failure();
@@ -535,13 +572,13 @@ impl Shared {
                 }
                 _ = tokio::time::sleep_until(next_at.into()), if may_send => {}
                 _ = sleep_until_deadline(deadline) => {
-                    return Ok(deadline_passed().into_http());
+                    return (Ok(deadline_passed().into_http()), counts(sent, idle));
                 }
             }
         }
     }
 
-    fn context<'a>(&'a self, call: &Call<'_>, policy: &'a RetryPolicy) -> CallContext<'a> {
+    fn context<'a>(&'a self, call: &Call, policy: &'a RetryPolicy) -> CallContext<'a> {
         CallContext {
             owner: GrpcRetryOwner::Channel,
             class: call.class,
@@ -552,18 +589,6 @@ impl Shared {
             random: &self.random,
             stats: &self.stats,
         }
-    }
-
-    fn log_end(&self, call: &Call<'_>, run: &CallRun<'_>) {
-        tracing::debug!(
-            grpc.method = %call.method,
-            grpc.target = %self.target,
-            retries = run.retries,
-            transparent_retries = run.transparent_retries,
-            retry_delay = ?run.retry_delay,
-            timeout = ?call.entry.timeout,
-            "call ended"
-        );
     }
 }
 

@@ -1,0 +1,253 @@
+//! The metrics, read back from OpenTelemetry's in-memory exporter: gRFC A96's per-call retry
+//! metrics from the RetryLayer (labelled as A66 says), and the ledger's answers and claim latency
+//! from the guard.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use grpc_core_api::{GrpcMethod, KeyHasher, OutcomeReference, RequestSchema};
+use grpc_interop_tests::raw_h2::{raw_server, refuse_first};
+use grpc_interop_tests::{DESCRIPTOR_SET, METHOD, ProbeServer, pb};
+use grpc_ledger_contract_tests::InMemoryStore;
+use grpc_policy::{GrpcRetryOwner, GrpcServiceConfigPolicy, MethodCatalog};
+use grpc_tonic::{AuthenticatedPrincipal, Committed, GuardConfig, KeyedMutationGuard, RetryLayer};
+use opentelemetry::metrics::MeterProvider;
+use opentelemetry_sdk::metrics::data::{AggregatedMetrics, MetricData};
+use opentelemetry_sdk::metrics::{InMemoryMetricExporter, PeriodicReader, SdkMeterProvider};
+use tonic::{Code, Request};
+
+/// A meter provider whose every data point can be read back.
+struct Recorded {
+    provider: SdkMeterProvider,
+    exporter: InMemoryMetricExporter,
+}
+
+/// One data point: its labels (`name=value`, sorted) and its value (a sum, or a histogram's
+/// count and sum).
+type Points = BTreeMap<String, Vec<(Vec<String>, (u64, f64))>>;
+
+impl Recorded {
+    fn new() -> Self {
+        let exporter = InMemoryMetricExporter::default();
+        let provider = SdkMeterProvider::builder()
+            .with_reader(PeriodicReader::builder(exporter.clone()).build())
+            .build();
+        Self { provider, exporter }
+    }
+
+    fn meter(&self) -> opentelemetry::metrics::Meter {
+        self.provider.meter("grpc-safe-retries")
+    }
+
+    /// Every metric's points, by name.
+    fn points(&self) -> Points {
+        self.provider.force_flush().unwrap();
+        let mut points = Points::new();
+        let finished = self.exporter.get_finished_metrics().unwrap();
+        let latest = finished.last().expect("one export after the flush");
+        for scope in latest.scope_metrics() {
+            for metric in scope.metrics() {
+                let entry = points.entry(metric.name().to_owned()).or_default();
+                let labels = |attributes: &mut dyn Iterator<Item = &opentelemetry::KeyValue>| {
+                    let mut labels: Vec<String> = attributes
+                        .map(|kv| format!("{}={}", kv.key, kv.value))
+                        .collect();
+                    labels.sort();
+                    labels
+                };
+                match metric.data() {
+                    AggregatedMetrics::U64(MetricData::Histogram(h)) => {
+                        for p in h.data_points() {
+                            entry.push((labels(&mut p.attributes()), (p.count(), p.sum() as f64)));
+                        }
+                    }
+                    AggregatedMetrics::F64(MetricData::Histogram(h)) => {
+                        for p in h.data_points() {
+                            entry.push((labels(&mut p.attributes()), (p.count(), p.sum())));
+                        }
+                    }
+                    AggregatedMetrics::U64(MetricData::Sum(s)) => {
+                        for p in s.data_points() {
+                            entry.push((labels(&mut p.attributes()), (p.value(), 0.0)));
+                        }
+                    }
+                    other => panic!("unexpected data for {}: {other:?}", metric.name()),
+                }
+            }
+        }
+        points
+    }
+}
+
+fn layer(config: &str, recorded: &Recorded, target: &str) -> RetryLayer {
+    let config = GrpcServiceConfigPolicy::new(GrpcRetryOwner::Channel)
+        .parse(config)
+        .unwrap();
+    let catalog = MethodCatalog::from_descriptor_set_bytes(DESCRIPTOR_SET).unwrap();
+    RetryLayer::builder(GrpcRetryOwner::Channel, config, catalog)
+        .target(target)
+        .meter(&recorded.meter())
+        .build()
+        .unwrap()
+}
+
+fn client(
+    addr: std::net::SocketAddr,
+    layer: &RetryLayer,
+) -> pb::probe_client::ProbeClient<grpc_tonic::RetryService<tonic::transport::Channel>> {
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect_lazy();
+    pb::probe_client::ProbeClient::new(tower_layer::Layer::layer(layer, channel))
+}
+
+fn probe(call_id: &str, script: &str) -> pb::ProbeRequest {
+    pb::ProbeRequest {
+        call_id: call_id.to_owned(),
+        script: script.to_owned(),
+    }
+}
+
+const LABELS: [&str; 2] = ["grpc.method=interop.v1.Probe/Call", "grpc.target=probe"];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_retry_layer_records_a96_retry_metrics() {
+    let recorded = Recorded::new();
+    let server = ProbeServer::start().await;
+    let retrying = layer(
+        r#"{"methodConfig": [{"name": [{"service": "interop.v1.Probe"}], "retryPolicy": {"maxAttempts": 4, "initialBackoff": "0.02s", "maxBackoff": "0.1s", "backoffMultiplier": 2, "retryableStatusCodes": ["UNAVAILABLE"]}}]}"#,
+        &recorded,
+        "probe",
+    );
+    let mut retried = client(server.addr(), &retrying);
+    retried
+        .call(probe("twice", "fail UNAVAILABLE 2"))
+        .await
+        .unwrap();
+    retried.call(probe("first-time", "ok")).await.unwrap();
+    // A stream the server refuses is resent transparently.
+    let (refusing, _) = raw_server(refuse_first).await;
+    client(refusing, &retrying)
+        .call(probe("refused", "ok"))
+        .await
+        .unwrap();
+    let hedging = layer(
+        r#"{"methodConfig": [{"name": [{"service": "interop.v1.Probe"}], "hedgingPolicy": {"maxAttempts": 3, "hedgingDelay": "0.05s", "nonFatalStatusCodes": ["UNAVAILABLE"]}}]}"#,
+        &recorded,
+        "probe",
+    );
+    client(server.addr(), &hedging)
+        .call(probe("hedged", "delay 200"))
+        .await
+        .unwrap();
+
+    let points = recorded.points();
+    let labels: Vec<String> = LABELS.iter().map(|l| l.to_string()).collect();
+    // A96: a call without retries reports no 0; two calls retried (2 and 0 of them transparent).
+    assert_eq!(
+        points["grpc.client.call.retries"],
+        [(labels.clone(), (1, 2.0))],
+        "one call with two retries"
+    );
+    assert_eq!(
+        points["grpc.client.call.transparent_retries"],
+        [(labels.clone(), (1, 1.0))]
+    );
+    assert_eq!(
+        points["grpc.client.call.hedges"],
+        [(labels.clone(), (1, 2.0))]
+    );
+    let (delay_labels, (delays, seconds)) = &points["grpc.client.call.retry_delay"][0];
+    assert_eq!(delay_labels, &labels);
+    assert_eq!(
+        *delays, 3,
+        "the retried, the transparently retried and the hedged call"
+    );
+    // Two backoffs (0.02 s and 0.04 s, jittered by ±20%) and a 10 ms pause before the
+    // transparent resend; hedged copies leave no gap with nothing in flight.
+    assert!((0.045..0.5).contains(seconds), "retry delay {seconds} s");
+}
+
+fn pay(amount: u32, key: &str) -> Request<pb::ProbeRequest> {
+    let mut request = Request::new(probe(&format!("pay-{amount}"), "ok"));
+    request
+        .metadata_mut()
+        .insert("idempotency-key", key.parse().unwrap());
+    request
+        .extensions_mut()
+        .insert(AuthenticatedPrincipal(b"tenant-a".to_vec()));
+    request
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_guard_records_the_ledgers_answers_and_claim_latency() {
+    let recorded = Recorded::new();
+    let store = InMemoryStore::new(Duration::from_millis(50));
+    let config = GuardConfig::new(
+        KeyHasher::Sha256,
+        RequestSchema::from_file_descriptor_set(DESCRIPTOR_SET).unwrap(),
+    );
+    let guard = KeyedMutationGuard::new(store, config).with_meter(&recorded.meter());
+    let method = GrpcMethod::parse(METHOD).unwrap();
+    let run = |request: Request<pb::ProbeRequest>, hold: Option<Arc<tokio::sync::Notify>>| {
+        let (guard, method) = (guard.clone(), method.clone());
+        async move {
+            guard
+                .run(
+                    &method,
+                    request,
+                    |_, message: pb::ProbeRequest| async move {
+                        if let Some(hold) = hold {
+                            hold.notified().await;
+                        }
+                        Ok(Committed {
+                            outcome: OutcomeReference::parse(&message.call_id).unwrap(),
+                            response: message.call_id,
+                        })
+                    },
+                    |_, outcome| async move { Ok(outcome.as_str().to_owned()) },
+                )
+                .await
+        }
+    };
+    run(pay(1, "k-1"), None).await.unwrap();
+    // A retry replays; the same key with another request is refused.
+    run(pay(1, "k-1"), None).await.unwrap();
+    assert_eq!(
+        run(pay(2, "k-1"), None).await.unwrap_err().code(),
+        Code::FailedPrecondition
+    );
+    // A duplicate while the first is still running is told it is in flight.
+    let hold = Arc::new(tokio::sync::Notify::new());
+    let first = tokio::spawn(run(pay(3, "k-3"), Some(Arc::clone(&hold))));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(
+        run(pay(3, "k-3"), None).await.unwrap_err().code(),
+        Code::Aborted
+    );
+    hold.notify_one();
+    first.await.unwrap().unwrap();
+
+    let points = recorded.points();
+    let answers: BTreeMap<String, u64> = points["grpc.server.ledger.answers"]
+        .iter()
+        .map(|(labels, (value, _))| {
+            assert!(labels.contains(&"grpc.method=interop.v1.Probe/Call".to_owned()));
+            (labels.join(","), *value)
+        })
+        .collect();
+    let answer = |name: &str| {
+        answers
+            .iter()
+            .find(|(labels, _)| labels.contains(&format!("grpc.ledger.answer={name}")))
+            .map(|(_, value)| *value)
+    };
+    assert_eq!(
+        (answer("replay"), answer("key_reused"), answer("in_flight")),
+        (Some(1), Some(1), Some(1)),
+        "{answers:?}"
+    );
+    let (_, (claims, _)) = &points["grpc.server.ledger.claim_duration"][0];
+    assert_eq!(*claims, 5, "every guarded call's claim was timed");
+}

@@ -1,0 +1,182 @@
+//! Metrics through the OpenTelemetry metrics API (feature `opentelemetry`): gRFC A96's per-call
+//! retry metrics on the client, labelled as gRFC A66 defines `grpc.method` and `grpc.target`, and
+//! the ledger's side of the guard on the server. Without the feature these types record nothing
+//! and cost nothing.
+
+use std::time::Duration;
+
+use grpc_core_api::GrpcMethod;
+
+/// What one call did, as A96 counts it.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct CallCounts {
+    pub(crate) retries: u32,
+    pub(crate) transparent_retries: u32,
+    pub(crate) hedges: u32,
+    /// Time with no attempt in flight, waiting to send the next.
+    pub(crate) retry_delay: Duration,
+}
+
+/// What the guard answered without running the handler to completion.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum LedgerAnswer {
+    /// The recorded outcome, replayed.
+    Replay,
+    /// ABORTED: the operation is in flight elsewhere.
+    InFlight,
+    /// FAILED_PRECONDITION: the key was used for a different request.
+    KeyReused,
+}
+
+#[cfg(feature = "opentelemetry")]
+mod otel {
+    use opentelemetry::KeyValue;
+    use opentelemetry::metrics::{Counter, Histogram, Meter};
+
+    use super::*;
+
+    /// A66's `grpc.method`: the full method name without the path's leading slash.
+    fn method_label(method: &GrpcMethod) -> KeyValue {
+        KeyValue::new(
+            "grpc.method",
+            method.as_str().trim_start_matches('/').to_owned(),
+        )
+    }
+
+    /// The client's instruments (A96).
+    #[derive(Debug, Clone)]
+    pub(crate) struct ClientMetrics {
+        retries: Histogram<u64>,
+        transparent_retries: Histogram<u64>,
+        hedges: Histogram<u64>,
+        retry_delay: Histogram<f64>,
+    }
+
+    impl ClientMetrics {
+        pub(crate) fn new(meter: &Meter) -> Self {
+            Self {
+                retries: meter
+                    .u64_histogram("grpc.client.call.retries")
+                    .with_unit("{retry}")
+                    .with_description("Number of retries during the client call.")
+                    .build(),
+                transparent_retries: meter
+                    .u64_histogram("grpc.client.call.transparent_retries")
+                    .with_unit("{transparent_retry}")
+                    .with_description("Number of transparent retries during the client call.")
+                    .build(),
+                hedges: meter
+                    .u64_histogram("grpc.client.call.hedges")
+                    .with_unit("{hedge}")
+                    .with_description("Number of hedges during the client call.")
+                    .build(),
+                retry_delay: meter
+                    .f64_histogram("grpc.client.call.retry_delay")
+                    .with_unit("s")
+                    .with_description(
+                        "Total time of delay while there is no active attempt during the client call.",
+                    )
+                    .build(),
+            }
+        }
+
+        /// Records one finished call. A96: a count of zero is not reported; the delay is, once
+        /// the call had a retry or a hedge to wait for.
+        pub(crate) fn record(&self, method: &GrpcMethod, target: &str, counts: CallCounts) {
+            let labels = [
+                method_label(method),
+                KeyValue::new("grpc.target", target.to_owned()),
+            ];
+            let pairs = [
+                (&self.retries, counts.retries),
+                (&self.transparent_retries, counts.transparent_retries),
+                (&self.hedges, counts.hedges),
+            ];
+            for (histogram, count) in pairs {
+                if count > 0 {
+                    histogram.record(u64::from(count), &labels);
+                }
+            }
+            if counts.retries + counts.transparent_retries + counts.hedges > 0 {
+                self.retry_delay
+                    .record(counts.retry_delay.as_secs_f64(), &labels);
+            }
+        }
+    }
+
+    /// The guard's instruments: the ledger's answers and the claim's latency.
+    #[derive(Debug, Clone)]
+    pub(crate) struct ServerMetrics {
+        answers: Counter<u64>,
+        claim_duration: Histogram<f64>,
+    }
+
+    impl ServerMetrics {
+        pub(crate) fn new(meter: &Meter) -> Self {
+            Self {
+                answers: meter
+                    .u64_counter("grpc.server.ledger.answers")
+                    .with_unit("{call}")
+                    .with_description(
+                        "Keyed calls the operation ledger answered without running the handler, by answer (replay, in_flight, key_reused).",
+                    )
+                    .build(),
+                claim_duration: meter
+                    .f64_histogram("grpc.server.ledger.claim_duration")
+                    .with_unit("s")
+                    .with_description(
+                        "Time from the start of a keyed call's unit of work to the ledger's answer on whether the handler runs.",
+                    )
+                    .build(),
+            }
+        }
+
+        pub(crate) fn answered(&self, method: &GrpcMethod, answer: LedgerAnswer) {
+            let name = match answer {
+                LedgerAnswer::Replay => "replay",
+                LedgerAnswer::InFlight => "in_flight",
+                LedgerAnswer::KeyReused => "key_reused",
+            };
+            self.answers.add(
+                1,
+                &[
+                    method_label(method),
+                    KeyValue::new("grpc.ledger.answer", name),
+                ],
+            );
+        }
+
+        pub(crate) fn claimed(&self, method: &GrpcMethod, took: Duration) {
+            self.claim_duration
+                .record(took.as_secs_f64(), &[method_label(method)]);
+        }
+    }
+}
+
+#[cfg(feature = "opentelemetry")]
+pub(crate) use otel::{ClientMetrics, ServerMetrics};
+
+#[cfg(not(feature = "opentelemetry"))]
+mod off {
+    use super::*;
+
+    /// Records nothing: the `opentelemetry` feature is off.
+    #[derive(Debug, Clone)]
+    pub(crate) struct ClientMetrics;
+
+    impl ClientMetrics {
+        pub(crate) fn record(&self, _: &GrpcMethod, _: &str, _: CallCounts) {}
+    }
+
+    /// Records nothing: the `opentelemetry` feature is off.
+    #[derive(Debug, Clone)]
+    pub(crate) struct ServerMetrics;
+
+    impl ServerMetrics {
+        pub(crate) fn answered(&self, _: &GrpcMethod, _: LedgerAnswer) {}
+        pub(crate) fn claimed(&self, _: &GrpcMethod, _: Duration) {}
+    }
+}
+
+#[cfg(not(feature = "opentelemetry"))]
+pub(crate) use off::{ClientMetrics, ServerMetrics};
