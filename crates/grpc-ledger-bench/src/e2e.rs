@@ -4,7 +4,8 @@
 //! handler claim-first (claim, insert, transition, commit) and write-once (insert, one record of
 //! the finished operation, commit), and the claim-first handler called through the
 //! `RetryExecutor` instead of the bare generated client. Plus the request fingerprint's cost next
-//! to SHA-256 of the raw request bytes.
+//! to SHA-256 of the raw request bytes, and the RetryLayer's cost on a call that succeeds first
+//! time, next to the bare channel's.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -21,7 +22,8 @@ use grpc_ledger_demo::pb::{
     CreatePaymentRequest, Payment, ResolvePaymentRequest, ResolvePaymentResponse,
 };
 use grpc_ledger_demo::{
-    Client, DESCRIPTOR_SET, Faults, insert_payment, resolve, retry_settings, serve, with_token,
+    Client, DESCRIPTOR_SET, Faults, insert_payment, layered_client, resolve, retry_settings, serve,
+    with_token,
 };
 use grpc_operation_ledger_seaorm::{LedgerConfig, SeaOrmUnitsOfWork};
 use grpc_tonic::{CommitObserver, GuardMode, IDEMPOTENCY_KEY_HEADER, RetryExecutor};
@@ -30,7 +32,7 @@ use tonic::metadata::AsciiMetadataValue;
 use tonic::transport::Channel;
 use tonic::{Code, Request, Response, Status};
 
-use crate::{Figure, Op, Plan, compared, drive, figure};
+use crate::{Figure, Measured, Op, Plan, compared, drive, figure};
 
 const CREATE_PAYMENT: &str = "/payments.v1.Payments/CreatePayment";
 
@@ -107,10 +109,24 @@ fn payment_request(key: &str) -> CreatePaymentRequest {
 /// A call the server refuses as busy or in flight (UNAVAILABLE, ABORTED: SQLite's one writer at a
 /// time can keep a unit waiting past its busy timeout under 32 writers) is counted in `refused`,
 /// not retried, and does not stop the measurement.
-async fn bare_call(mut client: Client, key: String, refused: Arc<AtomicU64>) -> Result<()> {
+async fn bare_call<T>(
+    mut client: PaymentsClient<T>,
+    key: String,
+    deadline: Option<Duration>,
+    refused: Arc<AtomicU64>,
+) -> Result<()>
+where
+    T: tonic::client::GrpcService<tonic::body::Body>,
+    T::Error: Into<tonic::codegen::StdError>,
+    T::ResponseBody: http_body::Body<Data = bytes::Bytes> + Send + 'static,
+    <T::ResponseBody as http_body::Body>::Error: Into<tonic::codegen::StdError> + Send,
+{
     let mut request = Request::new(payment_request(&key));
     let value: AsciiMetadataValue = key.parse()?;
     request.metadata_mut().insert(IDEMPOTENCY_KEY_HEADER, value);
+    if let Some(deadline) = deadline {
+        request.set_timeout(deadline);
+    }
     match client.create_payment(request).await {
         Ok(_) => Ok(()),
         Err(status) if matches!(status.code(), Code::Unavailable | Code::Aborted) => {
@@ -184,6 +200,7 @@ pub(crate) async fn end_to_end(
                 Box::pin(bare_call(
                     client.clone(),
                     format!("{prefix}-{task}-{i}"),
+                    None,
                     Arc::clone(&refused),
                 ))
             })
@@ -260,6 +277,179 @@ pub(crate) async fn end_to_end(
         eprintln!("measured end to end on {label} at {clients} client(s)");
     }
     Ok(figures)
+}
+
+/// The demo's API with nothing behind it: every payment is answered at once, so that a client
+/// stack's own cost per call is what differs.
+struct Echo;
+
+#[tonic::async_trait]
+impl Payments for Echo {
+    async fn create_payment(
+        &self,
+        request: Request<CreatePaymentRequest>,
+    ) -> Result<Response<Payment>, Status> {
+        let request = request.into_inner();
+        Ok(Response::new(Payment {
+            payment_id: "echo".to_owned(),
+            account: request.account,
+            amount_minor: request.amount_minor,
+        }))
+    }
+
+    async fn resolve_payment(
+        &self,
+        _request: Request<ResolvePaymentRequest>,
+    ) -> Result<Response<ResolvePaymentResponse>, Status> {
+        Err(Status::unimplemented("the echo keeps nothing"))
+    }
+}
+
+/// What the RetryLayer costs on a call that succeeds first time: the same CreatePayment to a
+/// server that answers at once, through the bare generated client and through the client over
+/// the layer (the demo's service config, CreatePayment keyed, the key on every call), both with
+/// the config's 3 s deadline, at each client count of `plan`. The layer's p50 and throughput, each next to the bare channel's.
+pub async fn retry_layer_overhead(plan: &Plan) -> Result<Vec<Figure>> {
+    // Both clients send the same deadline: the service config's `timeout` (3 s), which the layer
+    // sends on every attempt. A bare call without one would also spare the channel's and the
+    // server's deadline timers, which the layer does not add.
+    const DEADLINE: Duration = Duration::from_secs(3);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    tokio::spawn(serve(listener, Echo, std::future::pending()));
+    let channel = Channel::from_shared(format!("http://{addr}"))?
+        .connect()
+        .await?;
+    let bare = PaymentsClient::with_interceptor(channel.clone(), with_token as fn(_) -> _);
+    let (layered, _) = layered_client(channel, &addr.to_string())?;
+    let mut figures = Vec::new();
+    for &clients in &plan.clients {
+        let refused = Arc::new(AtomicU64::new(0));
+        let (b, l) = (bare.clone(), layered.clone());
+        let (rb, rl) = (Arc::clone(&refused), Arc::clone(&refused));
+        let bare_op: Op = Arc::new(move |task, i| {
+            let key = format!("echo-b-{task}-{i}");
+            Box::pin(bare_call(b.clone(), key, Some(DEADLINE), Arc::clone(&rb)))
+        });
+        let layer_op: Op = Arc::new(move |task, i| {
+            let key = format!("echo-l-{task}-{i}");
+            Box::pin(bare_call(l.clone(), key, Some(DEADLINE), Arc::clone(&rl)))
+        });
+        // Bare, layer, layer, bare, each half the time: a drift of the machine during the
+        // figure weighs on both alike.
+        let half = plan.seconds / 2;
+        let mut runs = Vec::new();
+        for op in [&bare_op, &layer_op, &layer_op, &bare_op] {
+            runs.push(drive(clients, half, Arc::clone(op)).await?);
+        }
+        let mean = |a: &Measured, b: &Measured| Measured {
+            ops_per_second: (a.ops_per_second + b.ops_per_second) / 2.0,
+            p50_ms: (a.p50_ms + b.p50_ms) / 2.0,
+            p99_ms: (a.p99_ms + b.p99_ms) / 2.0,
+        };
+        let (base, through) = (mean(&runs[0], &runs[3]), mean(&runs[1], &runs[2]));
+        anyhow::ensure!(
+            refused.load(Ordering::Relaxed) == 0,
+            "the echo server refused calls: the overhead figure would not measure the layer"
+        );
+        let at = |what: &str| format!("retry layer {what} @{clients}");
+        let base_p50 = figure(at("bare channel p50"), "ms", base.p50_ms);
+        let base_ops = figure(at("bare channel ops/s"), "ops/s", base.ops_per_second);
+        figures.extend([
+            compared(at("RetryLayer p50"), "ms", through.p50_ms, &base_p50),
+            compared(
+                at("RetryLayer ops/s"),
+                "ops/s",
+                through.ops_per_second,
+                &base_ops,
+            ),
+            base_p50,
+            base_ops,
+        ]);
+        eprintln!("measured the RetryLayer's overhead at {clients} client(s)");
+    }
+    figures.extend(retry_layer_work(plan.fingerprint_ops).await?);
+    Ok(figures)
+}
+
+/// An inner service that answers every request at once with a committed response: what is left
+/// of a call when the network and the server are taken away.
+#[derive(Clone)]
+struct AnswersAtOnce;
+
+impl tower_service::Service<http::Request<tonic::body::Body>> for AnswersAtOnce {
+    type Response = http::Response<tonic::body::Body>;
+    type Error = std::convert::Infallible;
+    type Future = std::future::Ready<Result<Self::Response, Self::Error>>;
+
+    fn poll_ready(
+        &mut self,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: http::Request<tonic::body::Body>) -> Self::Future {
+        drop(request);
+        std::future::ready(Ok(http::Response::new(tonic::body::Body::empty())))
+    }
+}
+
+/// The RetryLayer's own work per call (method lookup, body kept for a resend, head read, budget
+/// wrapper), in process: the demo's CreatePayment request to [`AnswersAtOnce`], through the
+/// layer and directly, `iterations` calls each.
+async fn retry_layer_work(iterations: u32) -> Result<Vec<Figure>> {
+    let (config, catalog) = grpc_ledger_demo::channel_config()?;
+    let layer =
+        grpc_tonic::RetryLayer::builder(grpc_policy::GrpcRetryOwner::Channel, config, catalog)
+            .server_ledger(grpc_core_api::LedgerDurability::Durable)
+            .build()?;
+    let body = prost::Message::encode_to_vec(&payment_request("order-42"));
+    let request = || {
+        let mut framed = vec![0u8];
+        framed.extend_from_slice(&(body.len() as u32).to_be_bytes());
+        framed.extend_from_slice(&body);
+        http::Request::builder()
+            .uri(format!("http://in-process{CREATE_PAYMENT}"))
+            .header("te", "trailers")
+            .header("content-type", "application/grpc")
+            .header("grpc-timeout", "3000000u")
+            .header(IDEMPOTENCY_KEY_HEADER, "order-42")
+            .body(tonic::body::Body::new(http_body_util::Full::new(
+                bytes::Bytes::from(framed),
+            )))
+    };
+    let mut direct = AnswersAtOnce;
+    let mut through = tower_layer::Layer::layer(&layer, AnswersAtOnce);
+    let started = Instant::now();
+    for _ in 0..iterations {
+        let response = tower_service::Service::call(&mut direct, request()?).await?;
+        std::hint::black_box(response);
+    }
+    let direct_ns = started.elapsed().as_nanos() as f64 / f64::from(iterations);
+    let started = Instant::now();
+    for _ in 0..iterations {
+        std::future::poll_fn(|cx| tower_service::Service::poll_ready(&mut through, cx))
+            .await
+            .map_err(|e| anyhow::anyhow!(e))?;
+        let response = tower_service::Service::call(&mut through, request()?)
+            .await
+            .map_err(|e| anyhow::anyhow!(e))?;
+        std::hint::black_box(response);
+    }
+    let through_ns = started.elapsed().as_nanos() as f64 / f64::from(iterations);
+    let direct_fig = figure(
+        "retry layer in process: the inner service alone".into(),
+        "ns",
+        direct_ns,
+    );
+    let through_fig = compared(
+        "retry layer in process: through the RetryLayer".into(),
+        "ns",
+        through_ns,
+        &direct_fig,
+    );
+    Ok(vec![through_fig, direct_fig])
 }
 
 /// The canonical request fingerprint of the demo's request (5 labels) against SHA-256 of its

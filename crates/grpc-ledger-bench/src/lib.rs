@@ -3,6 +3,8 @@
 //! after the other, and is reported as a ratio to its baseline.
 
 mod e2e;
+
+pub use e2e::retry_layer_overhead;
 mod figures;
 mod mariadb;
 mod pgbench;
@@ -170,10 +172,10 @@ where
 }
 
 /// Throughput and latency of `op` with `clients` tasks for `seconds`.
-struct Measured {
-    ops_per_second: f64,
-    p50_ms: f64,
-    p99_ms: f64,
+pub(crate) struct Measured {
+    pub(crate) ops_per_second: f64,
+    pub(crate) p50_ms: f64,
+    pub(crate) p99_ms: f64,
 }
 
 async fn drive(clients: usize, seconds: Duration, op: Op) -> Result<Measured> {
@@ -389,6 +391,7 @@ pub async fn run_all(url: &str, plan: &Plan) -> Result<Vec<Figure>> {
     figures.extend(e2e::end_to_end("postgres", &db, &config, plan).await?);
     figures.extend(sqlite(plan).await?);
     figures.extend(e2e::fingerprint_cost(plan.fingerprint_ops)?);
+    figures.extend(retry_layer_overhead(plan).await?);
     db.close().await?;
     admin
         .execute_unprepared(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))

@@ -1,11 +1,13 @@
-//! `grpc-ledger-bench [--quick] [--out FILE]`: run by `cargo xtask bench`, which starts a durable
+//! `grpc-ledger-bench [--quick] [--out FILE] [--only retry-layer]`: run by `cargo xtask bench`,
+//! which starts a durable
 //! PostgreSQL and sets `DATABASE_URL` (and `MARIADB_URL`, `GALERA_URLS` for the MariaDB and
 //! Galera figures). Prints a table and writes the figures as JSON.
 
 use std::path::PathBuf;
 
+use anyhow::Context;
 use clap::Parser;
-use grpc_ledger_bench::{Plan, mariadb_family, run_all};
+use grpc_ledger_bench::{Plan, mariadb_family, retry_layer_overhead, run_all};
 
 /// The ledger's benchmarks against the stores `cargo xtask bench` starts.
 #[derive(Debug, Parser)]
@@ -16,9 +18,20 @@ struct Args {
     /// Where the figures are written as JSON.
     #[arg(long, default_value = "target/bench/summary.json")]
     out: PathBuf,
-    /// The PostgreSQL to measure (its `postgres` database is the admin connection).
+    /// The PostgreSQL to measure (its `postgres` database is the admin connection); every run
+    /// but `--only retry-layer` needs it.
     #[arg(long, env = "DATABASE_URL")]
-    database_url: String,
+    database_url: Option<String>,
+    /// Only these figures (they need no database).
+    #[arg(long, value_enum)]
+    only: Option<Only>,
+}
+
+/// Figures that run alone.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum Only {
+    /// The RetryLayer's cost on a call that succeeds first time, next to the bare channel.
+    RetryLayer,
 }
 
 #[tokio::main]
@@ -26,9 +39,17 @@ async fn main() -> anyhow::Result<()> {
     let Args {
         quick,
         out,
-        database_url: url,
+        database_url,
+        only,
     } = Args::parse();
     let plan = if quick { Plan::quick() } else { Plan::full() };
+    if let Some(Only::RetryLayer) = only {
+        let figures = retry_layer_overhead(&plan).await?;
+        println!("{}", grpc_ledger_bench::table(&figures));
+        return Ok(());
+    }
+    let url =
+        database_url.context("DATABASE_URL (or --database-url) names the PostgreSQL to measure")?;
     let mut figures = run_all(&url, &plan).await?;
     // MariaDB and a Galera cluster, when `cargo xtask bench` started them.
     let variable = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());

@@ -37,6 +37,10 @@ use crate::{ExecutorStats, IDEMPOTENCY_KEY_HEADER};
 /// gRPC C-core's per-call retry buffer. A call whose body passes it is committed (A6).
 pub const DEFAULT_PER_CALL_BUFFER: usize = 256 * 1024;
 
+/// How close to the caller's `grpc-timeout` a first attempt's limit must be for the caller's
+/// header to be sent as it is.
+const CALLERS_OWN: Duration = Duration::from_millis(1);
+
 /// Why a [`RetryLayer`] was not built.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -283,16 +287,40 @@ where
     }
 
     fn call(&mut self, request: http::Request<Body>) -> Self::Future {
-        // Every attempt readies a clone of its own; the channel it was given stays with `self`.
-        let inner = self.inner.clone();
+        // The service `poll_ready` readied goes to this call (tower's idiom: a clone is not
+        // ready); `self` keeps a fresh clone for the next.
+        let ready = self.inner.clone();
+        let ready = std::mem::replace(&mut self.inner, ready);
         let shared = Arc::clone(&self.shared);
-        Box::pin(async move { shared.run(inner, request).await })
+        Box::pin(async move { shared.run(ChannelFor::new(ready), request).await })
+    }
+}
+
+/// The channel for each attempt of one call: the readied one for the first, clones (readied
+/// when sent) for the others.
+struct ChannelFor<S> {
+    ready: Option<S>,
+    template: S,
+}
+
+impl<S: Clone> ChannelFor<S> {
+    fn new(ready: S) -> Self {
+        Self {
+            template: ready.clone(),
+            ready: Some(ready),
+        }
+    }
+
+    fn next_attempt(&mut self) -> S {
+        self.ready.take().unwrap_or_else(|| self.template.clone())
     }
 }
 
 /// The parts of a call every attempt shares.
 struct Call {
     method: GrpcMethod,
+    /// The `grpc-timeout` the caller sent, if any.
+    callers_timeout: Option<Duration>,
     class: MethodClass,
     has_key: bool,
     deadline: Option<Instant>,
@@ -309,7 +337,14 @@ impl Call {
             head.headers
                 .insert(PREVIOUS_ATTEMPTS, HeaderValue::from(previous));
         }
-        if let Some(limit) = limit {
+        // A first attempt bound by the caller's own deadline keeps the caller's header: the
+        // microseconds since it was written are not worth a value HPACK cannot index.
+        let callers_own = previous == 0
+            && self
+                .callers_timeout
+                .zip(limit)
+                .is_some_and(|(callers, limit)| callers.saturating_sub(limit) < CALLERS_OWN);
+        if let Some(limit) = limit.filter(|_| !callers_own) {
             head.headers.insert(GRPC_TIMEOUT, grpc_timeout(limit));
         }
         http::Request::from_parts(head, self.replay.attempt_body())
@@ -324,7 +359,7 @@ impl Call {
 impl Shared {
     async fn run<S, B>(
         &self,
-        inner: S,
+        mut channel: ChannelFor<S>,
         request: http::Request<Body>,
     ) -> Result<http::Response<Body>, BoxError>
     where
@@ -339,7 +374,7 @@ impl Shared {
             .and_then(|method| Some((self.config.entry_for(&method)?.1, method)));
         let Some((entry, method)) = entry else {
             // No config for the method (or not a gRPC path): the channel as it is.
-            return match send(inner, request, None).await {
+            return match send(channel.next_attempt(), request, None).await {
                 AttemptEnd::Transport { error, .. } => Err(error),
                 end => end.into_answer(),
             };
@@ -361,6 +396,7 @@ impl Shared {
         let (head, body) = request.into_parts();
         let call = Call {
             method,
+            callers_timeout: callers,
             class,
             has_key,
             deadline,
@@ -368,11 +404,12 @@ impl Shared {
             replay: RequestReplay::new(body, self.buffer_limit),
         };
         let (answer, counts) = match (&entry.retry_policy, &entry.hedging_policy) {
-            (Some(policy), _) => self.retry(inner, &call, policy).await,
-            (None, Some(hedging)) => self.hedge(inner, &call, hedging).await,
+            (Some(policy), _) => self.retry(channel, &call, policy).await,
+            (None, Some(hedging)) => self.hedge(channel, &call, hedging).await,
             (None, None) => {
                 self.stats.attempts.fetch_add(1, Ordering::Relaxed);
-                let end = send(inner, call.attempt(0, call.remaining()), call.remaining()).await;
+                let request = call.attempt(0, call.remaining());
+                let end = send(channel.next_attempt(), request, call.remaining()).await;
                 (end.into_answer(), CallCounts::default())
             }
         };
@@ -399,7 +436,7 @@ impl Shared {
     /// The call under a `retryPolicy`: one attempt at a time.
     async fn retry<S, B>(
         &self,
-        inner: S,
+        mut channel: ChannelFor<S>,
         call: &Call,
         policy: &RetryPolicy,
     ) -> (Result<http::Response<Body>, BoxError>, CallCounts)
@@ -415,7 +452,7 @@ impl Shared {
             let limit = run.attempt_limit(policy.per_attempt_recv_timeout());
             run.attempt_starts();
             let end = send(
-                inner.clone(),
+                channel.next_attempt(),
                 call.attempt(run.previous_attempts(), limit),
                 limit,
             )
@@ -474,7 +511,7 @@ impl Shared {
     /// The call under a `hedgingPolicy`: copies `hedgingDelay` apart, the first to commit wins.
     async fn hedge<S, B>(
         &self,
-        inner: S,
+        mut channel: ChannelFor<S>,
         call: &Call,
         hedging: &HedgingPolicy,
     ) -> (Result<http::Response<Body>, BoxError>, CallCounts)
@@ -519,7 +556,7 @@ impl Shared {
                 && (sent == 0 || budget_allows());
             if may_send && Instant::now() >= next_at {
                 let request = call.attempt(sent, call.remaining());
-                attempts.spawn(send(inner.clone(), request, call.remaining()));
+                attempts.spawn(send(channel.next_attempt(), request, call.remaining()));
                 if let Some(since) = idle_since.take() {
                     idle += since.elapsed();
                 }

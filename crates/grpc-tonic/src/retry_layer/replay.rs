@@ -171,6 +171,26 @@ impl HttpBody for AttemptBody {
             }
         }
     }
+
+    fn is_end_stream(&self) -> bool {
+        self.sent_everything()
+    }
+}
+
+impl AttemptBody {
+    /// Whether this attempt has sent everything: every kept frame, and a source that ended (or
+    /// says it will yield nothing more), its trailers sent if it had any. Saying so lets the
+    /// transport end the stream with the last data frame, as it would for the caller's own body.
+    fn sent_everything(&self) -> bool {
+        let kept = self.kept.lock();
+        if self.next < kept.frames_read || kept.failed.is_some() {
+            return false;
+        }
+        match &kept.source {
+            Some(source) => source.is_end_stream(),
+            None => kept.trailers.is_none() || self.trailers_sent,
+        }
+    }
 }
 
 impl Drop for AttemptBody {
