@@ -164,6 +164,19 @@ fn test() -> Result<()> {
         .context("the transport pins against a client-only tonic")?;
         Ok(output + &client_only)
     });
+    // The adoption examples a user would copy, run (they check what they show).
+    let pooled = pooled.and_then(|output| {
+        let mut output = output;
+        for example in ADOPTION_EXAMPLES {
+            output += &cmd::cargo_tee(
+                &["run", "--quiet", "--package", "grpc-ledger-demo", "--example", example],
+                &[],
+                &interrupted,
+            )
+            .with_context(|| format!("the example {example}"))?;
+        }
+        Ok(output)
+    });
     // The servers are stopped here, before the result is reported, whatever the tests did.
     drop(transaction_pooler);
     drop(database);
@@ -177,6 +190,13 @@ fn test() -> Result<()> {
     println!("tests: {passed} passed, {failed} failed");
     Ok(())
 }
+
+/// The runnable examples of `crates/grpc-ledger-demo/examples`, each a way to adopt the library.
+const ADOPTION_EXAMPLES: [&str; 3] = [
+    "guard_on_your_service",
+    "client_with_retry_layer",
+    "client_with_executor",
+];
 
 fn galera_test() -> Result<()> {
     let interrupted = cmd::install_interrupt_flag()?;

@@ -161,14 +161,10 @@ fn executor(retryable: &[Code]) -> RetryExecutor {
     )
     .unwrap();
     RetryExecutor::new(
-        RetrySettings {
-            owner: GrpcRetryOwner::Channel,
-            policy,
-            server_ledger: LedgerDurability::Durable,
-            max_resolutions: 3,
-            call_timeout: Some(Duration::from_secs(10)),
-            per_attempt_timeout: None,
-        },
+        RetrySettings::new(GrpcRetryOwner::Channel, policy)
+            .with_server_ledger(LedgerDurability::Durable)
+            .with_max_resolutions(3)
+            .with_call_timeout(Duration::from_secs(10)),
         Arc::new(GrpcRetryBudget::new(
             &RetryThrottling::new(10, 0.1).unwrap(),
         )),

@@ -19,7 +19,15 @@ pub use client::{
     Client, ClientOptions, ClientRetries, LayeredClient, channel_config, layered_client, resolve,
     retry_settings, run_client, with_token,
 };
-pub use server::{Faults, PaymentsService, authenticate, insert_payment, prepare_database};
+pub use server::{
+    Faults, PaymentsService, authenticate, insert_payment, load_payment, prepare_database,
+};
+
+// Every Rust block of the README compiles (and the adoption examples in `examples/` run in
+// `cargo xtask test`).
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+struct ReadmeDoctests;
 
 /// The descriptor set of the demo's .proto, compiled by protox at build time.
 pub const DESCRIPTOR_SET: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/payments.pb"));

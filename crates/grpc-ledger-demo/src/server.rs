@@ -148,7 +148,8 @@ pub async fn insert_payment(txn: &DatabaseTransaction, payment: &Payment) -> Res
         .map(|_| ())
 }
 
-pub(crate) async fn load_payment(
+/// The business read: the payment with `payment_id`, if there is one.
+pub async fn load_payment(
     db: &impl ConnectionTrait,
     payment_id: &str,
 ) -> Result<Option<Payment>, DbErr> {

@@ -84,7 +84,12 @@ impl ExecutorStats {
 }
 
 /// The retry parameters of one method, from a validated A6 service config or given directly.
+///
+/// `#[non_exhaustive]`: built with [`new`](Self::new) or
+/// [`from_service_config`](Self::from_service_config) and the `with_` methods, so that a new
+/// parameter (with its default) breaks no caller. The fields stay public to read and to set.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct RetrySettings {
     /// Who owns retries on the channel. The executor retries only as `Application`, or as
     /// `Channel` with parameters read from the service config.
@@ -104,6 +109,38 @@ pub struct RetrySettings {
 }
 
 impl RetrySettings {
+    /// `policy` for a channel owned by `owner`; the server's ledger taken as volatile (keyed
+    /// mutations are then never resent once sent), 10 lookups of an in-progress operation, no
+    /// call timeout, and the policy's own `perAttemptRecvTimeout`.
+    pub fn new(owner: GrpcRetryOwner, policy: RetryPolicy) -> Self {
+        Self {
+            owner,
+            server_ledger: LedgerDurability::Volatile,
+            max_resolutions: 10,
+            call_timeout: None,
+            per_attempt_timeout: policy.per_attempt_recv_timeout(),
+            policy,
+        }
+    }
+
+    /// The server's ledger durability, as the service documents it.
+    pub fn with_server_ledger(mut self, durability: LedgerDurability) -> Self {
+        self.server_ledger = durability;
+        self
+    }
+
+    /// The deadline of the whole call (the earlier of it and the caller's wins).
+    pub fn with_call_timeout(mut self, timeout: Duration) -> Self {
+        self.call_timeout = Some(timeout);
+        self
+    }
+
+    /// How many times an "in progress" resolution is asked again before giving up.
+    pub fn with_max_resolutions(mut self, resolutions: u32) -> Self {
+        self.max_resolutions = resolutions;
+        self
+    }
+
     /// Reads the retry policy that applies to `method` in a service config.
     pub fn from_service_config(
         config: &ServiceConfig,
@@ -112,15 +149,10 @@ impl RetrySettings {
         server_ledger: LedgerDurability,
     ) -> Option<Self> {
         let (_, entry) = config.entry_for(method)?;
-        let policy = entry.retry_policy.clone()?;
-        Some(Self {
-            owner,
-            server_ledger,
-            max_resolutions: 10,
-            call_timeout: entry.timeout,
-            per_attempt_timeout: policy.per_attempt_recv_timeout(),
-            policy,
-        })
+        let mut settings =
+            Self::new(owner, entry.retry_policy.clone()?).with_server_ledger(server_ledger);
+        settings.call_timeout = entry.timeout;
+        Some(settings)
     }
 }
 

@@ -24,14 +24,9 @@ fn executor(owner: GrpcRetryOwner, ledger: LedgerDurability) -> RetryExecutor {
         CodeSet::of(&[Code::Unavailable, Code::DeadlineExceeded, Code::Aborted]),
     )
     .unwrap();
-    let settings = RetrySettings {
-        owner,
-        policy,
-        server_ledger: ledger,
-        max_resolutions: 3,
-        call_timeout: None,
-        per_attempt_timeout: None,
-    };
+    let settings = RetrySettings::new(owner, policy)
+        .with_server_ledger(ledger)
+        .with_max_resolutions(3);
     RetryExecutor::new(
         settings,
         Arc::new(GrpcRetryBudget::new(
@@ -288,14 +283,9 @@ fn executor_with(settings: impl FnOnce(&mut RetrySettings)) -> RetryExecutor {
         CodeSet::of(&[Code::Unavailable, Code::DeadlineExceeded]),
     )
     .unwrap();
-    let mut values = RetrySettings {
-        owner: GrpcRetryOwner::Channel,
-        policy,
-        server_ledger: LedgerDurability::Durable,
-        max_resolutions: 3,
-        call_timeout: None,
-        per_attempt_timeout: None,
-    };
+    let mut values = RetrySettings::new(GrpcRetryOwner::Channel, policy)
+        .with_server_ledger(LedgerDurability::Durable)
+        .with_max_resolutions(3);
     settings(&mut values);
     RetryExecutor::new(
         values,
@@ -455,9 +445,9 @@ async fn repeated_pushback_values_stop_retries_and_count_against_the_budget() {
         &RetryThrottling::new(10, 0.1).unwrap(),
     ));
     let executor = RetryExecutor::new(
-        RetrySettings {
-            owner: GrpcRetryOwner::Channel,
-            policy: RetryPolicy::new(
+        RetrySettings::new(
+            GrpcRetryOwner::Channel,
+            RetryPolicy::new(
                 4,
                 Duration::from_millis(1),
                 Duration::from_millis(5),
@@ -465,11 +455,9 @@ async fn repeated_pushback_values_stop_retries_and_count_against_the_budget() {
                 CodeSet::of(&[Code::Aborted]),
             )
             .unwrap(),
-            server_ledger: LedgerDurability::Durable,
-            max_resolutions: 3,
-            call_timeout: None,
-            per_attempt_timeout: None,
-        },
+        )
+        .with_server_ledger(LedgerDurability::Durable)
+        .with_max_resolutions(3),
         Arc::clone(&budget),
     );
     let answer = executor
