@@ -169,7 +169,14 @@ fn test() -> Result<()> {
         let mut output = output;
         for example in ADOPTION_EXAMPLES {
             output += &cmd::cargo_tee(
-                &["run", "--quiet", "--package", "grpc-ledger-demo", "--example", example],
+                &[
+                    "run",
+                    "--quiet",
+                    "--package",
+                    "grpc-ledger-demo",
+                    "--example",
+                    example,
+                ],
                 &[],
                 &interrupted,
             )
