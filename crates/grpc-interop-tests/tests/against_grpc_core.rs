@@ -180,10 +180,7 @@ async fn through_executor(
             )
             .await;
         observed.push(Observed {
-            code: match answer {
-                Ok(_) => "OK".to_owned(),
-                Err(status) => code_name(status.code()),
-            },
+            code: outcome(&answer),
             elapsed: started.elapsed(),
             attempts: server.attempts(&call_id),
         });
@@ -235,15 +232,20 @@ async fn through_layer(
         let started = Instant::now();
         let answer = client.call(request).await;
         observed.push(Observed {
-            code: match answer {
-                Ok(_) => "OK".to_owned(),
-                Err(status) => code_name(status.code()),
-            },
+            code: outcome(&answer),
             elapsed: started.elapsed(),
             attempts: server.attempts(&call_id),
         });
     }
     observed
+}
+
+/// A call's final status name: OK, or its code's.
+fn outcome<T>(answer: &Result<T, Status>) -> String {
+    match answer {
+        Ok(_) => "OK".to_owned(),
+        Err(status) => code_name(status.code()),
+    }
 }
 
 fn code_name(code: tonic::Code) -> String {
@@ -522,10 +524,7 @@ async fn one_call(client: &str, addr: std::net::SocketAddr, config: &str) -> Str
     if client == "layer" {
         let mut request = Request::new(pb::ProbeRequest::default());
         request.set_timeout(Duration::from_secs(5));
-        return match layered_client(addr, config).call(request).await {
-            Ok(_) => "OK".to_owned(),
-            Err(status) => code_name(status.code()),
-        };
+        return outcome(&layered_client(addr, config).call(request).await);
     }
     let parsed = ServiceConfig::parse(config).unwrap();
     let settings = RetrySettings::from_service_config(
@@ -558,8 +557,5 @@ async fn one_call(client: &str, addr: std::net::SocketAddr, config: &str) -> Str
             || async { Err::<Resolution<pb::ProbeReply>, Status>(Status::internal("unused")) },
         )
         .await;
-    match answer {
-        Ok(_) => "OK".to_owned(),
-        Err(status) => code_name(status.code()),
-    }
+    outcome(&answer)
 }

@@ -11,53 +11,17 @@ use std::time::Duration;
 
 use anyhow::{Result, ensure};
 use grpc_core_api::{IdempotencyKey, LedgerDurability};
+use grpc_ledger_demo::pb::CreatePaymentRequest;
 use grpc_ledger_demo::pb::payments_client::PaymentsClient;
-use grpc_ledger_demo::pb::resolve_payment_response::State;
-use grpc_ledger_demo::pb::{CreatePaymentRequest, Payment, ResolvePaymentRequest};
+use grpc_ledger_demo::{Client, resolve, with_token};
 use grpc_policy::{CodeSet, GrpcRetryBudget, GrpcRetryOwner, RetryPolicy, RetryThrottling};
-use grpc_tonic::{CommitObserver, Resolution, RetryExecutor, RetrySettings};
-use tonic::transport::Channel;
-use tonic::{Code, Request, Status};
+use grpc_tonic::{CommitObserver, RetryExecutor, RetrySettings};
+use tonic::Code;
+use tonic::metadata::AsciiMetadataValue;
 
 #[path = "shared/demo_server.rs"]
 mod demo_server;
 use demo_server::DemoServer;
-
-type Client = PaymentsClient<CommitObserver<Channel>>;
-
-/// What became of the payment under `key`: the server's ResolvePayment, as a `Resolution`.
-async fn resolve(mut client: Client, key: &str) -> Result<Resolution<Payment>, Status> {
-    let mut request = Request::new(ResolvePaymentRequest {});
-    with_auth(&mut request, key)?;
-    let answer = client.resolve_payment(request).await?.into_inner();
-    Ok(match answer.state() {
-        State::Committed => Resolution::Committed(
-            answer
-                .payment
-                .ok_or_else(|| Status::internal("committed without its payment"))?,
-        ),
-        State::Failed => Resolution::Failed(Status::new(
-            Code::from_i32(answer.failure_code),
-            answer.failure_message,
-        )),
-        State::InProgress => {
-            Resolution::InProgress(Duration::from_millis(answer.retry_after_ms.max(1) as u64))
-        }
-        State::NotFound => Resolution::NotFound,
-        State::Unspecified => return Err(Status::internal("no state")),
-    })
-}
-
-fn with_auth<M>(request: &mut Request<M>, key: &str) -> Result<(), Status> {
-    let invalid = |_| Status::invalid_argument("not valid metadata");
-    let metadata = request.metadata_mut();
-    metadata.insert(
-        "authorization",
-        "Bearer demo-client-token".parse().map_err(invalid)?,
-    );
-    metadata.insert("idempotency-key", key.parse().map_err(invalid)?);
-    Ok(())
-}
 
 #[tokio::main]
 async fn main() -> Result<()> {
@@ -79,13 +43,16 @@ async fn main() -> Result<()> {
     let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", server.addr))?
         .connect()
         .await?;
-    // CommitObserver lets the executor see A6's commit point (response headers).
-    let client: Client = PaymentsClient::new(CommitObserver::new(channel));
+    // CommitObserver lets the executor see A6's commit point (response headers); the demo's
+    // interceptor adds its bearer token.
+    let client: Client =
+        PaymentsClient::with_interceptor(CommitObserver::new(channel), with_token as fn(_) -> _);
 
     let mut acknowledged = 0;
     for n in 0..100 {
         let key_text = format!("executor-order-{n}");
         let key = IdempotencyKey::parse(&key_text)?;
+        let key_value: AsciiMetadataValue = key_text.parse()?;
         let message = CreatePaymentRequest {
             account: format!("executor-{n}"),
             amount_minor: 100 + n,
@@ -96,14 +63,13 @@ async fn main() -> Result<()> {
                 message,
                 &key,
                 None,
-                |mut request| {
-                    let (mut client, key_text) = (client.clone(), key_text.clone());
-                    async move {
-                        with_auth(&mut request, &key_text)?;
-                        client.create_payment(request).await
-                    }
+                // Every attempt carries the key; the executor sets it.
+                |request| {
+                    let mut client = client.clone();
+                    async move { client.create_payment(request).await }
                 },
-                || resolve(client.clone(), &key_text),
+                // The lookup: the server's ResolvePayment, as a `Resolution`.
+                || resolve(client.clone(), key_value.clone()),
             )
             .await;
         if answer.is_ok() {

@@ -221,6 +221,10 @@ pub async fn run_client(
         }));
     }
     let mut report = DemoReport {
+        retries_owned_by: match options.retries {
+            ClientRetries::Channel => "channel",
+            ClientRetries::Application => "application",
+        },
         calls: options.payments,
         ..DemoReport::default()
     };

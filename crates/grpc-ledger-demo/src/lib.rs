@@ -41,6 +41,9 @@ pub const DEMO_TOKEN: &str = "demo-client-token";
 /// What a run did and what the database says about it.
 #[derive(Debug, Default, Clone)]
 pub struct DemoReport {
+    /// Who owned the client's retries: `channel` (the RetryLayer) or `application` (the
+    /// executor).
+    pub retries_owned_by: &'static str,
     /// Payments the client asked for.
     pub calls: u64,
     /// Payments the client was told succeeded.
@@ -98,6 +101,7 @@ impl DemoReport {
 impl fmt::Display for DemoReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let rows: Vec<(&str, String)> = vec![
+            ("client retries owned by", self.retries_owned_by.to_owned()),
             ("calls", self.calls.to_string()),
             ("acknowledged", self.acknowledged.to_string()),
             ("failed (client saw an error)", self.failed.to_string()),

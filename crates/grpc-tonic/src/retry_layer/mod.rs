@@ -310,9 +310,33 @@ impl<S: Clone> ChannelFor<S> {
             ready: Some(ready),
         }
     }
+}
 
-    fn next_attempt(&mut self) -> S {
-        self.ready.take().unwrap_or_else(|| self.template.clone())
+/// Sends one call's attempts: what the retry loop needs of the channel, whatever its type.
+trait Attempts: Send {
+    /// Sends `request` as the next attempt; its end, read at the response head within `limit`.
+    fn send(
+        &mut self,
+        request: http::Request<Body>,
+        limit: Option<Duration>,
+    ) -> Pin<Box<dyn Future<Output = AttemptEnd> + Send + 'static>>;
+}
+
+impl<S, B> Attempts for ChannelFor<S>
+where
+    S: Service<http::Request<Body>, Response = http::Response<B>> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Into<BoxError>,
+    B: HttpBody<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+{
+    fn send(
+        &mut self,
+        request: http::Request<Body>,
+        limit: Option<Duration>,
+    ) -> Pin<Box<dyn Future<Output = AttemptEnd> + Send + 'static>> {
+        let channel = self.ready.take().unwrap_or_else(|| self.template.clone());
+        Box::pin(send(channel, request, limit))
     }
 }
 
@@ -357,24 +381,17 @@ impl Call {
 }
 
 impl Shared {
-    async fn run<S, B>(
+    async fn run(
         &self,
-        mut channel: ChannelFor<S>,
+        mut channel: impl Attempts,
         request: http::Request<Body>,
-    ) -> Result<http::Response<Body>, BoxError>
-    where
-        S: Service<http::Request<Body>, Response = http::Response<B>> + Clone + Send + 'static,
-        S::Future: Send + 'static,
-        S::Error: Into<BoxError>,
-        B: HttpBody<Data = Bytes> + Send + 'static,
-        B::Error: Into<BoxError>,
-    {
+    ) -> Result<http::Response<Body>, BoxError> {
         let entry = GrpcMethod::parse(request.uri().path())
             .ok()
             .and_then(|method| Some((self.config.entry_for(&method)?.1, method)));
         let Some((entry, method)) = entry else {
             // No config for the method (or not a gRPC path): the channel as it is.
-            return match send(channel.next_attempt(), request, None).await {
+            return match channel.send(request, None).await {
                 AttemptEnd::Transport { error, .. } => Err(error),
                 end => end.into_answer(),
             };
@@ -409,7 +426,7 @@ impl Shared {
             (None, None) => {
                 self.stats.attempts.fetch_add(1, Ordering::Relaxed);
                 let request = call.attempt(0, call.remaining());
-                let end = send(channel.next_attempt(), request, call.remaining()).await;
+                let end = channel.send(request, call.remaining()).await;
                 (end.into_answer(), CallCounts::default())
             }
         };
@@ -434,29 +451,19 @@ impl Shared {
     }
 
     /// The call under a `retryPolicy`: one attempt at a time.
-    async fn retry<S, B>(
+    async fn retry(
         &self,
-        mut channel: ChannelFor<S>,
+        mut channel: impl Attempts,
         call: &Call,
         policy: &RetryPolicy,
-    ) -> (Result<http::Response<Body>, BoxError>, CallCounts)
-    where
-        S: Service<http::Request<Body>, Response = http::Response<B>> + Clone + Send + 'static,
-        S::Future: Send + 'static,
-        S::Error: Into<BoxError>,
-        B: HttpBody<Data = Bytes> + Send + 'static,
-        B::Error: Into<BoxError>,
-    {
+    ) -> (Result<http::Response<Body>, BoxError>, CallCounts) {
         let mut run = CallRun::new(self.context(call, policy), call.deadline);
         loop {
             let limit = run.attempt_limit(policy.per_attempt_recv_timeout());
             run.attempt_starts();
-            let end = send(
-                channel.next_attempt(),
-                call.attempt(run.previous_attempts(), limit),
-                limit,
-            )
-            .await;
+            let end = channel
+                .send(call.attempt(run.previous_attempts(), limit), limit)
+                .await;
             if let AttemptEnd::Answered(response) = end {
                 let response = FinalStatusBody::wrap(
                     response,
@@ -509,19 +516,12 @@ impl Shared {
     }
 
     /// The call under a `hedgingPolicy`: copies `hedgingDelay` apart, the first to commit wins.
-    async fn hedge<S, B>(
+    async fn hedge(
         &self,
-        mut channel: ChannelFor<S>,
+        mut channel: impl Attempts,
         call: &Call,
         hedging: &HedgingPolicy,
-    ) -> (Result<http::Response<Body>, BoxError>, CallCounts)
-    where
-        S: Service<http::Request<Body>, Response = http::Response<B>> + Clone + Send + 'static,
-        S::Future: Send + 'static,
-        S::Error: Into<BoxError>,
-        B: HttpBody<Data = Bytes> + Send + 'static,
-        B::Error: Into<BoxError>,
-    {
+    ) -> (Result<http::Response<Body>, BoxError>, CallCounts) {
         let safe = match call.class {
             MethodClass::NoSideEffects | MethodClass::Idempotent => true,
             MethodClass::KeyedMutation => {
@@ -556,7 +556,7 @@ impl Shared {
                 && (sent == 0 || budget_allows());
             if may_send && Instant::now() >= next_at {
                 let request = call.attempt(sent, call.remaining());
-                attempts.spawn(send(channel.next_attempt(), request, call.remaining()));
+                attempts.spawn(channel.send(request, call.remaining()));
                 if let Some(since) = idle_since.take() {
                     idle += since.elapsed();
                 }
