@@ -320,9 +320,21 @@ fn every_field_survives_a_round_trip() {
             "{field}"
         );
     }
+    // Durations are written in proto3 JSON's canonical form ("0.5s" comes back as "0.500s").
+    let duration = |value: &serde_json::Value| {
+        value
+            .as_str()
+            .unwrap()
+            .parse::<prost_types::Duration>()
+            .unwrap()
+    };
+    assert_eq!(
+        duration(&emitted["methodConfig"][0]["retryPolicy"]["perAttemptRecvTimeout"]),
+        duration(&original["methodConfig"][0]["retryPolicy"]["perAttemptRecvTimeout"])
+    );
     assert_eq!(
         emitted["methodConfig"][0]["retryPolicy"]["perAttemptRecvTimeout"],
-        original["methodConfig"][0]["retryPolicy"]["perAttemptRecvTimeout"]
+        "0.500s"
     );
     assert_eq!(
         model(ServiceConfig::from_json(&emitted).unwrap()),

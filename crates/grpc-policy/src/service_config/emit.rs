@@ -28,17 +28,14 @@ impl ServiceConfig {
     }
 }
 
+/// Writes a duration as proto3 JSON does (`"0.500s"`: 0, 3, 6 or 9 fractional digits), through
+/// `prost_types::Duration`, the form every gRPC client reads.
 fn emit_duration(duration: Duration) -> Value {
-    let nanos = duration.subsec_nanos();
-    if nanos == 0 {
-        return Value::String(format!("{}s", duration.as_secs()));
+    match prost_types::Duration::try_from(duration) {
+        Ok(proto) => Value::String(proto.to_string()),
+        // Beyond protobuf's range (a parsed config never is): its largest value.
+        Err(_) => Value::String(format!("{}s", super::parse::MAX_DURATION_SECONDS)),
     }
-    let fraction = format!("{nanos:09}");
-    Value::String(format!(
-        "{}.{}s",
-        duration.as_secs(),
-        fraction.trim_end_matches('0')
-    ))
 }
 
 fn emit_codes(codes: CodeSet) -> Value {

@@ -488,7 +488,7 @@ fn parse_throttling(
 }
 
 /// The largest protobuf `Duration`: 10,000 years of seconds.
-const MAX_DURATION_SECONDS: u64 = 315_576_000_000;
+pub(super) const MAX_DURATION_SECONDS: u64 = 315_576_000_000;
 
 /// A protobuf JSON duration: a decimal number of seconds with up to 9 fractional digits and an `s`
 /// suffix, within `google.protobuf.Duration`'s range. The spellings the reference clients' number
