@@ -308,6 +308,10 @@ pub enum Completion {
 /// The types carry the row's invariants: a version is at least 1, a committed row has an outcome
 /// reference and a finished row has a completion time (both live in [`Completion`] and
 /// `completed_at` together).
+///
+/// Deliberately exhaustive (not `#[non_exhaustive]`), and built by adapters from their rows: a
+/// new field would be a new fact every adapter must store and read back, so it should break
+/// them at compile time rather than default silently.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OperationRecord {
     /// Which operation.

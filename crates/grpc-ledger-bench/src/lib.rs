@@ -238,10 +238,7 @@ pub async fn run_all(url: &str, plan: &Plan) -> Result<Vec<Figure>> {
         .await?;
     let url = database_url(url, &name)?;
     let max_clients = plan.clients.iter().copied().max().unwrap_or(1) as u32;
-    let config = LedgerConfig {
-        max_connections: max_clients + 2,
-        ..LedgerConfig::default()
-    };
+    let config = LedgerConfig::default().with_max_connections(max_clients + 2);
     let db = connect_postgres(&url, &config).await?;
     grpc_operation_ledger_seaorm::migrate(&db).await?;
     db.execute_unprepared("CREATE TABLE bench_business (business_key VARCHAR(128) PRIMARY KEY, amount BIGINT NOT NULL)")

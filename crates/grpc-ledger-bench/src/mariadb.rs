@@ -18,10 +18,7 @@ pub async fn mariadb_family(label: &str, urls: &[String], plan: &Plan) -> Result
         .execute_unprepared(&format!("CREATE DATABASE {name}"))
         .await?;
     let max_clients = plan.clients.iter().copied().max().unwrap_or(1) as u32;
-    let config = LedgerConfig {
-        max_connections: max_clients + 2,
-        ..LedgerConfig::default()
-    };
+    let config = LedgerConfig::default().with_max_connections(max_clients + 2);
     let mut nodes = Vec::new();
     for url in urls {
         let url = database_url(url, &name)?;

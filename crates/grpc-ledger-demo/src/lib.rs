@@ -186,10 +186,7 @@ pub async fn open_store(
         LedgerConfig, connect_mysql, connect_postgres, open_sqlite,
     };
 
-    let mut config = LedgerConfig {
-        max_connections: 32,
-        ..LedgerConfig::default()
-    };
+    let mut config = LedgerConfig::default().with_max_connections(32);
     let db = match store {
         Store::Sqlite(path) => open_sqlite(path, &config).await?,
         Store::Server { url, pooler } => {

@@ -7,7 +7,11 @@ use sea_orm::sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqliteSynch
 use sea_orm::{ConnectOptions, Database, DatabaseConnection, DbErr};
 
 /// Connection settings that the ledger's behaviour depends on.
+///
+/// `#[non_exhaustive]`: start from [`LedgerConfig::default`] and change what you need with the
+/// `with_` methods, so that a new setting (with its default) breaks no caller.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct LedgerConfig {
     /// How long a claim may wait behind another unit of work's uncommitted claim of the same
     /// identity before answering `InFlight`. On PostgreSQL the claim sets `lock_timeout` to it
@@ -45,6 +49,32 @@ pub enum Pooler {
     /// (the guard does), or `grpc_core_api::UnitPerCall` for calls that commit on their own;
     /// apply migrations with [`migrate_with`](crate::migrate_with) and this configuration.
     TransactionPooling,
+}
+
+impl LedgerConfig {
+    /// How long a claim may wait behind another unit of work's uncommitted claim.
+    pub fn with_claim_wait(mut self, wait: Duration) -> Self {
+        self.claim_wait = wait;
+        self
+    }
+
+    /// The pool size.
+    pub fn with_max_connections(mut self, connections: u32) -> Self {
+        self.max_connections = connections;
+        self
+    }
+
+    /// How long to wait for a free pooled connection.
+    pub fn with_acquire_timeout(mut self, timeout: Duration) -> Self {
+        self.acquire_timeout = timeout;
+        self
+    }
+
+    /// What stands between the pool and PostgreSQL.
+    pub fn with_pooler(mut self, pooler: Pooler) -> Self {
+        self.pooler = pooler;
+        self
+    }
 }
 
 impl Default for LedgerConfig {

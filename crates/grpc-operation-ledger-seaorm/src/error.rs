@@ -101,8 +101,8 @@ fn map_sqlstate(code: &str, phase: Phase) -> LedgerError {
         // transaction another server connection does to them
         "42P05" | "26000" => LedgerError::internal(
             "prepared statements were lost between transactions: behind a pooler in \
-             transaction pooling, connect with LedgerConfig { pooler: \
-             Pooler::TransactionPooling } and run every statement in a unit of work",
+             transaction pooling, connect with \
+             LedgerConfig::default().with_pooler(Pooler::TransactionPooling) and run every statement in a unit of work",
         ),
         "23514" => LedgerError::internal("a ledger row violated a CHECK constraint"),
         // unique_violation cannot happen on a claim (ON CONFLICT DO NOTHING); anywhere else it

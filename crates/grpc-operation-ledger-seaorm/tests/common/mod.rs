@@ -54,21 +54,16 @@ impl Drop for TestDb {
 }
 
 pub fn config() -> LedgerConfig {
-    LedgerConfig {
-        claim_wait: Duration::from_millis(500),
-        max_connections: 40,
-        acquire_timeout: Duration::from_secs(10),
-        pooler: Pooler::None,
-    }
+    LedgerConfig::default()
+        .with_claim_wait(Duration::from_millis(500))
+        .with_max_connections(40)
+        .with_acquire_timeout(Duration::from_secs(10))
 }
 
 /// The tests' configuration for `store`.
 pub fn config_for(store: Store) -> LedgerConfig {
     match store {
-        Store::PostgresBehindTransactionPooler => LedgerConfig {
-            pooler: Pooler::TransactionPooling,
-            ..config()
-        },
+        Store::PostgresBehindTransactionPooler => config().with_pooler(Pooler::TransactionPooling),
         _ => config(),
     }
 }
