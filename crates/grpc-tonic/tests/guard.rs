@@ -332,12 +332,6 @@ fn claimed() -> ClaimOutcome {
     }
 }
 
-async fn run_mocked(
-    make: impl Fn() -> MockGrpcOperationLedger + Send + Sync + 'static,
-) -> (Result<tonic::Response<String>, Status>, u32, u32, u32) {
-    run_mocked_with(make, false).await
-}
-
 async fn run_mocked_with(
     make: impl Fn() -> MockGrpcOperationLedger + Send + Sync + 'static,
     rollback_fails: bool,
@@ -374,104 +368,129 @@ async fn run_mocked_with(
     )
 }
 
-#[tokio::test]
-async fn ledger_unavailable_during_claim_is_unavailable_and_runs_nothing() {
-    let (answer, runs, commits, rollbacks) = run_mocked(|| {
-        let mut ledger = MockGrpcOperationLedger::new();
-        ledger
-            .expect_claim()
-            .returning(|_, _, _| Err(LedgerError::unavailable(UnavailableKind::ConnectionLost)));
-        ledger
-    })
-    .await;
-    assert_eq!(answer.unwrap_err().code(), Code::Unavailable);
-    assert_eq!((runs, commits, rollbacks), (0, 0, 1));
+/// One fault of the ledger port, and what the guard must make of it.
+struct Fault {
+    name: &'static str,
+    /// What the claim answers.
+    claim: fn() -> Result<ClaimOutcome, LedgerError>,
+    /// What recording the completion answers, if the handler gets that far.
+    finish: Option<fn() -> Result<Version, LedgerError>>,
+    /// Whether the rollback itself fails (the connection is gone).
+    rollback_fails: bool,
+    /// The status the caller gets, and the `ErrorInfo` reason it must carry, if one.
+    code: Code,
+    reason: Option<&'static str>,
+    /// The `RetryInfo` delay the status must carry, if any.
+    retry_delay: Option<Duration>,
+    /// Handler runs, commits and rollbacks.
+    effects: (u32, u32, u32),
+}
+
+fn unavailable<T>() -> Result<T, LedgerError> {
+    Err(LedgerError::unavailable(UnavailableKind::ConnectionLost))
 }
 
 #[tokio::test]
-async fn ledger_unavailable_during_commit_rolls_back_and_is_unavailable() {
-    let (answer, runs, commits, rollbacks) = run_mocked(|| {
-        let mut ledger = MockGrpcOperationLedger::new();
-        ledger.expect_claim().returning(|_, _, _| Ok(claimed()));
-        ledger
-            .expect_mark_finished()
-            .returning(|_, _, _| Err(LedgerError::unavailable(UnavailableKind::ConnectionLost)));
-        ledger
-    })
-    .await;
-    assert_eq!(answer.unwrap_err().code(), Code::Unavailable);
-    assert_eq!(
-        (runs, commits, rollbacks),
-        (1, 0, 1),
-        "the business write is rolled back with the claim"
-    );
-}
-
-#[tokio::test]
-async fn lost_ownership_at_commit_rolls_back_and_is_aborted() {
-    let (answer, runs, commits, rollbacks) = run_mocked(|| {
-        let mut ledger = MockGrpcOperationLedger::new();
-        ledger.expect_claim().returning(|_, _, _| Ok(claimed()));
-        ledger.expect_mark_finished().returning(|_, _, _| {
-            Err(LedgerError::LostOwnership {
-                expected: Version::fresh(1_764_700_000_000, 1),
-                current: Version::fresh(1_764_700_000_000, 1).next(),
-            })
-        });
-        ledger
-    })
-    .await;
-    let status = answer.unwrap_err();
-    assert_eq!(status.code(), Code::Aborted);
-    assert_eq!(
-        status.get_details_error_info().unwrap().reason,
-        "IDEMPOTENCY_OWNERSHIP_LOST"
-    );
-    assert_eq!((runs, commits, rollbacks), (1, 0, 1));
-}
-
-#[tokio::test]
-async fn an_operation_in_flight_is_aborted_with_a_retry_delay() {
-    let (answer, runs, _, rollbacks) = run_mocked(|| {
-        let mut ledger = MockGrpcOperationLedger::new();
-        ledger.expect_claim().returning(|_, _, _| {
-            Err(LedgerError::InFlight {
-                retry_after: Duration::from_millis(1500),
-            })
-        });
-        ledger
-    })
-    .await;
-    let status = answer.unwrap_err();
-    assert_eq!(status.code(), Code::Aborted);
-    assert_eq!(
-        status.get_details_retry_info().unwrap().retry_delay,
-        Some(Duration::from_millis(1500))
-    );
-    assert_eq!((runs, rollbacks), (0, 1));
-}
-
-/// A rollback that fails (the connection is gone) must not replace the answer the caller is owed.
-#[tokio::test]
-async fn a_failing_rollback_keeps_the_real_answer() {
-    let (answer, runs, commits, rollbacks) = run_mocked_with(
-        || {
-            let mut ledger = MockGrpcOperationLedger::new();
-            ledger
-                .expect_claim()
-                .returning(|_, _, _| Err(LedgerError::KeyReusedWithDifferentRequest));
-            ledger
+async fn ledger_faults_roll_everything_back_and_answer_the_right_status() {
+    let faults = [
+        Fault {
+            name: "unavailable during the claim: nothing runs",
+            claim: unavailable,
+            finish: None,
+            rollback_fails: false,
+            code: Code::Unavailable,
+            reason: None,
+            retry_delay: None,
+            effects: (0, 0, 1),
         },
-        true,
-    )
-    .await;
-    let status = answer.unwrap_err();
-    assert_eq!(status.code(), Code::FailedPrecondition);
-    assert_eq!(
-        status.get_details_error_info().unwrap().reason,
-        "IDEMPOTENCY_KEY_REUSED"
-    );
-    assert_eq!((runs, commits, rollbacks), (0, 0, 1));
+        Fault {
+            name: "unavailable while recording: the business write is rolled back with the claim",
+            claim: || Ok(claimed()),
+            finish: Some(unavailable),
+            rollback_fails: false,
+            code: Code::Unavailable,
+            reason: None,
+            retry_delay: None,
+            effects: (1, 0, 1),
+        },
+        Fault {
+            name: "ownership lost while recording",
+            claim: || Ok(claimed()),
+            finish: Some(|| {
+                Err(LedgerError::LostOwnership {
+                    expected: Version::fresh(1_764_700_000_000, 1),
+                    current: Version::fresh(1_764_700_000_000, 1).next(),
+                })
+            }),
+            rollback_fails: false,
+            code: Code::Aborted,
+            reason: Some("IDEMPOTENCY_OWNERSHIP_LOST"),
+            retry_delay: None,
+            effects: (1, 0, 1),
+        },
+        Fault {
+            name: "in flight elsewhere: ABORTED with the lease as the retry delay",
+            claim: || {
+                Err(LedgerError::InFlight {
+                    retry_after: Duration::from_millis(1500),
+                })
+            },
+            finish: None,
+            rollback_fails: false,
+            code: Code::Aborted,
+            reason: None,
+            retry_delay: Some(Duration::from_millis(1500)),
+            effects: (0, 0, 1),
+        },
+        Fault {
+            name: "a failing rollback keeps the real answer",
+            claim: || Err(LedgerError::KeyReusedWithDifferentRequest),
+            finish: None,
+            rollback_fails: true,
+            code: Code::FailedPrecondition,
+            reason: Some("IDEMPOTENCY_KEY_REUSED"),
+            retry_delay: None,
+            effects: (0, 0, 1),
+        },
+    ];
+    for fault in faults {
+        let (claim, finish) = (fault.claim, fault.finish);
+        let (answer, runs, commits, rollbacks) = run_mocked_with(
+            move || {
+                let mut ledger = MockGrpcOperationLedger::new();
+                ledger.expect_claim().returning(move |_, _, _| claim());
+                if let Some(finish) = finish {
+                    ledger
+                        .expect_mark_finished()
+                        .returning(move |_, _, _| finish());
+                }
+                ledger
+            },
+            fault.rollback_fails,
+        )
+        .await;
+        let status = answer.unwrap_err();
+        assert_eq!(status.code(), fault.code, "{}", fault.name);
+        if let Some(reason) = fault.reason {
+            let info = status.get_details_error_info();
+            assert_eq!(
+                info.map(|info| info.reason).as_deref(),
+                Some(reason),
+                "{}",
+                fault.name
+            );
+        }
+        if let Some(delay) = fault.retry_delay {
+            let info = status.get_details_retry_info();
+            assert_eq!(
+                info.and_then(|info| info.retry_delay),
+                Some(delay),
+                "{}",
+                fault.name
+            );
+        }
+        assert_eq!((runs, commits, rollbacks), fault.effects, "{}", fault.name);
+    }
 }
 
 /// A terminal refusal whose message the store cannot hold as it is (over 1024 bytes, with NUL) is
