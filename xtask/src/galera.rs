@@ -16,11 +16,11 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 
 use crate::cmd;
-use crate::mariadb::{CLIENT, INSTALL_DB, PASSWORD, SERVER, USER, as_user, install, whoami};
-use crate::postgres::{
-    CLUSTER_USER, ensure_system_user, free_loopback_port, fresh_temp_dir, path_str,
-    running_as_root, wait_until,
+use crate::host::{
+    CLUSTER_USER, ensure_system_user, free_loopback_port, fresh_temp_dir, install_if_missing,
+    path_str, running_as_root, wait_until,
 };
+use crate::mariadb::{CLIENT, INSTALL_DB, PASSWORD, SERVER, USER, as_user, install, whoami};
 
 const PROVIDER: &str = "/usr/lib/galera/libgalera_smm.so";
 
@@ -49,7 +49,7 @@ impl Galera {
 
     fn start_in(root: PathBuf) -> Result<Self> {
         install()?;
-        cmd::install_if_missing(
+        install_if_missing(
             &[PROVIDER, "/usr/bin/wsrep_sst_rsync"],
             &["galera-4", "rsync"],
             "a three-node Galera cluster",

@@ -11,6 +11,7 @@ mod chaos;
 mod cmd;
 mod fuzz;
 mod galera;
+mod host;
 mod mariadb;
 mod pgbouncer;
 mod postgres;

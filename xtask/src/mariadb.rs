@@ -10,9 +10,9 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 
 use crate::cmd;
-use crate::postgres::{
-    CLUSTER_USER, ensure_system_user, free_loopback_port, fresh_temp_dir, path_str,
-    running_as_root, wait_until,
+use crate::host::{
+    CLUSTER_USER, ensure_system_user, free_loopback_port, fresh_temp_dir, install_if_missing,
+    path_str, running_as_root, wait_until,
 };
 
 pub(crate) const SERVER: &str = "/usr/sbin/mariadbd";
@@ -172,7 +172,7 @@ pub(crate) fn whoami() -> Result<String> {
 
 /// Installs Debian's `mariadb-server` when it is missing and this process may (root).
 pub(crate) fn install() -> Result<()> {
-    cmd::install_if_missing(
+    install_if_missing(
         &[SERVER, INSTALL_DB],
         &["mariadb-server"],
         "the ledger's contract suite runs on MariaDB too",

@@ -10,9 +10,9 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 
 use crate::cmd;
-use crate::postgres::{
-    CLUSTER_USER, ensure_system_user, free_loopback_port, fresh_temp_dir, path_str,
-    running_as_root, wait_until,
+use crate::host::{
+    CLUSTER_USER, ensure_system_user, free_loopback_port, fresh_temp_dir, install_if_missing,
+    path_str, running_as_root, wait_until,
 };
 
 const BINARY: &str = "/usr/sbin/pgbouncer";
@@ -131,7 +131,7 @@ impl Drop for Bouncer {
 
 /// Installs Debian's `pgbouncer` when it is missing and this process may (root).
 fn install() -> Result<()> {
-    cmd::install_if_missing(
+    install_if_missing(
         &[BINARY],
         &["pgbouncer"],
         "the contract suite and the demo also run through a connection pooler",

@@ -117,18 +117,25 @@ mod tests {
     /// name: no case's code names a store (comments may, as examples).
     #[test]
     fn the_contract_cases_name_no_store() {
-        let cases = workspace_root().join("crates/grpc-ledger-contract-tests/src/cases.rs");
-        let text = std::fs::read_to_string(cases).expect("cases.rs readable");
-        for (number, line) in text.lines().enumerate() {
-            let code = line.split("//").next().unwrap_or_default().to_lowercase();
-            for store in ["postgres", "sqlite", "mariadb", "mysql", "galera"] {
-                assert!(
-                    !code.contains(store),
-                    "cases.rs:{}: a case names the store {store}: {line}",
-                    number + 1
-                );
+        let dir = workspace_root().join("crates/grpc-ledger-contract-tests/src/cases");
+        let mut read = 0;
+        for file in std::fs::read_dir(&dir).expect("the cases directory") {
+            let path = file.expect("a directory entry").path();
+            let text = std::fs::read_to_string(&path).expect("a case file readable");
+            read += 1;
+            for (number, line) in text.lines().enumerate() {
+                let code = line.split("//").next().unwrap_or_default().to_lowercase();
+                for store in ["postgres", "sqlite", "mariadb", "mysql", "galera"] {
+                    assert!(
+                        !code.contains(store),
+                        "{}:{}: a case names the store {store}: {line}",
+                        path.display(),
+                        number + 1
+                    );
+                }
             }
         }
+        assert!(read >= 6, "the suite's case files were read ({read})");
     }
 
     /// docs/architecture.md: xtask drives cargo and the databases from outside; it depends on

@@ -12,17 +12,18 @@
 //! container through `grpc_ledger_contract_tests::servers` (testcontainers, feature
 //! `containers`).
 
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result, bail};
 
 use crate::cmd;
+use crate::host::{
+    CLUSTER_USER, ensure_system_user, free_loopback_port, fresh_temp_dir, path_str, running_as_root,
+};
 
-/// The unprivileged system user that runs clusters when xtask runs as root.
-pub(crate) const CLUSTER_USER: &str = "grpc-ledger-pg";
+mod dev;
+pub(crate) use dev::{dev_start, dev_stop, dev_url};
 
 /// Server settings for test clusters. Durability is off because no test crashes the machine:
 /// tests kill connections and restart the server, and a fast shutdown or a killed backend does
@@ -360,37 +361,6 @@ impl Drop for Cluster {
     }
 }
 
-pub(crate) fn path_str(path: &Path) -> Result<&str> {
-    path.to_str().context("path is not UTF-8")
-}
-
-pub(crate) fn running_as_root() -> Result<bool> {
-    // The owner of /proc/self is the effective user of this process.
-    Ok(std::fs::metadata("/proc/self")?.uid() == 0)
-}
-
-pub(crate) fn ensure_system_user() -> Result<()> {
-    let exists = Command::new("id")
-        .args(["-u", CLUSTER_USER])
-        .output()
-        .map(|out| out.status.success())
-        .unwrap_or(false);
-    if !exists {
-        eprintln!("xtask: creating system user {CLUSTER_USER} to run PostgreSQL (it refuses root)");
-        cmd::output(Command::new("useradd").args([
-            "--system",
-            "--user-group",
-            "--no-create-home",
-            "--home-dir",
-            "/nonexistent",
-            "--shell",
-            "/usr/sbin/nologin",
-            CLUSTER_USER,
-        ]))?;
-    }
-    Ok(())
-}
-
 /// The directory of `initdb`, `pg_ctl`, `postgres` and `pgbench` (the newest major version),
 /// installing Debian's package when missing and running as root.
 pub(crate) fn bin_dir() -> Result<PathBuf> {
@@ -441,114 +411,6 @@ fn find_bin_dir() -> Option<PathBuf> {
     let from_pg_config = Command::new("pg_config").arg("--bindir").output().ok()?;
     let bin = PathBuf::from(String::from_utf8_lossy(&from_pg_config.stdout).trim());
     has_server(&bin).then_some(bin)
-}
-
-pub(crate) fn free_loopback_port() -> Result<u16> {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
-    Ok(listener.local_addr()?.port())
-}
-
-pub(crate) fn fresh_temp_dir() -> Result<PathBuf> {
-    let nanos = SystemTime::now().duration_since(UNIX_EPOCH)?.as_nanos();
-    let dir = std::env::temp_dir().join(format!("xtask-pg-{}-{nanos}", std::process::id()));
-    std::fs::create_dir(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))?;
-    Ok(dir)
-}
-
-pub(crate) fn wait_until(limit: Duration, mut ready: impl FnMut() -> bool) -> Result<()> {
-    let start = std::time::Instant::now();
-    while start.elapsed() < limit {
-        if ready() {
-            return Ok(());
-        }
-        std::thread::sleep(Duration::from_millis(250));
-    }
-    bail!("not ready after {limit:?}")
-}
-
-// --- the development cluster -------------------------------------------------------------------
-
-fn dev_root() -> PathBuf {
-    cmd::target_dir()
-        .unwrap_or_else(|_| {
-            Path::new(env!("CARGO_MANIFEST_DIR"))
-                .join("..")
-                .join("target")
-        })
-        .join("xtask")
-        .join("pg")
-}
-
-/// Reattaches to the development cluster's directory without starting anything.
-fn dev_cluster() -> Result<Option<(Cluster, u16)>> {
-    let root = dev_root();
-    let Ok(port) = std::fs::read_to_string(root.join("port")) else {
-        return Ok(None);
-    };
-    let port: u16 = port
-        .trim()
-        .parse()
-        .context("reading the development cluster's port")?;
-    let cluster = Cluster {
-        bin: bin_dir()?,
-        root: std::fs::canonicalize(&root)?,
-        run_as: if running_as_root()? {
-            Some(CLUSTER_USER)
-        } else {
-            None
-        },
-        url: format!("postgres://postgres@127.0.0.1:{port}/postgres"),
-        throwaway: false,
-    };
-    Ok(Some((cluster, port)))
-}
-
-pub(crate) fn dev_start(durable: bool) -> Result<()> {
-    if let Some((cluster, _)) = dev_cluster()? {
-        if cluster.is_running() {
-            println!("{}", cluster.url);
-            return Ok(());
-        }
-        // A stale directory from a stopped or crashed cluster: start afresh.
-        std::fs::remove_dir_all(&cluster.root)?;
-    }
-    let root = dev_root();
-    std::fs::create_dir_all(&root)?;
-    std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o700))?;
-    let root = std::fs::canonicalize(root)?;
-    let settings = if durable {
-        DURABLE_SETTINGS
-    } else {
-        TEST_SETTINGS
-    };
-    let cluster = Cluster::start(root, settings, false)?;
-    eprintln!("xtask: development PostgreSQL started; stop it with `cargo xtask pg stop`");
-    println!("{}", cluster.url);
-    Ok(())
-}
-
-pub(crate) fn dev_stop() -> Result<()> {
-    match dev_cluster()? {
-        Some((mut cluster, _)) => {
-            // Dropping a throwaway cluster stops it and removes its directory.
-            cluster.throwaway = true;
-            drop(cluster);
-            eprintln!("xtask: development PostgreSQL stopped and removed");
-        }
-        None => eprintln!("xtask: no development PostgreSQL to stop"),
-    }
-    Ok(())
-}
-
-pub(crate) fn dev_url() -> Result<()> {
-    match dev_cluster()? {
-        Some((cluster, _)) if cluster.is_running() => {
-            println!("{}", cluster.url);
-            Ok(())
-        }
-        _ => bail!("no development PostgreSQL is running; start one with `cargo xtask pg start`"),
-    }
 }
 
 #[cfg(test)]
