@@ -413,79 +413,132 @@ fn bench(flags: &[&str]) -> Result<()> {
     Ok(())
 }
 
-/// Runs the policy benchmarks and appends their figures (ours against tower's) to the summary.
+/// Runs the policy benchmarks and appends their figures (ours against tower's) to the summary,
+/// read from criterion's own results (`target/criterion/<id>/new/benchmark.json` and
+/// `estimates.json`: each benchmark's full id and median), not from its printed text.
 fn policy_benches(summary: &std::path::Path) -> Result<()> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
     let mut command = std::process::Command::new(cargo);
-    command.args([
-        "bench",
-        "-p",
-        "grpc-policy",
-        "--bench",
-        "policy",
-        "--",
-        "--output-format",
-        "bencher",
-    ]);
-    let output = cmd::output(&mut command).context("the policy benchmarks")?;
-    // bencher lines: "test NAME ... bench:   12,345 ns/iter (+/- 67)"
-    let mut figures: Vec<(String, f64)> = Vec::new();
-    for line in output.lines() {
-        let Some(rest) = line.strip_prefix("test ") else {
-            continue;
-        };
-        let Some((name, tail)) = rest.split_once(" ... bench:") else {
-            continue;
-        };
-        let value: String = tail
-            .trim_start()
-            .chars()
-            .take_while(|c| c.is_ascii_digit() || *c == ',' || *c == '.')
-            .filter(|c| *c != ',')
-            .collect();
-        if let Ok(ns) = value.parse::<f64>() {
-            figures.push((name.trim().to_owned(), ns));
-        }
-    }
+    command.args(["bench", "-p", "grpc-policy", "--bench", "policy"]);
+    cmd::output(&mut command).context("the policy benchmarks")?;
+    let figures = criterion_medians(&cmd::target_dir()?.join("criterion"))?;
     let mut entries = Vec::new();
     for (name, ns) in &figures {
-        let baseline = if name.contains("GrpcRetryBudget") {
+        // Each of our budget figures is compared with tower's in the same group.
+        let baseline = name.contains("GrpcRetryBudget").then(|| {
             let group = name.split('/').take(2).collect::<Vec<_>>().join("/");
             figures
                 .iter()
                 .find(|(n, _)| n.starts_with(&group) && n.contains("tower"))
-                .map(|(n, v)| (n.clone(), v))
-        } else {
-            None
-        };
-        let (baseline_name, ratio) = match baseline {
-            Some((n, v)) => (format!("\"{n}\""), format!("{}", v / ns)),
-            None => ("null".to_owned(), "null".to_owned()),
-        };
-        entries.push(format!(
-            "  {{\"name\": \"policy: {name}\", \"unit\": \"ns\", \"value\": {ns}, \"baseline\": {baseline_name}, \"ratio\": {ratio}}}"
-        ));
-        println!(
-            "policy: {name}: {ns} ns{}",
-            if ratio == "null" {
-                String::new()
-            } else {
-                format!(" (throughput {ratio}x the baseline)")
-            }
-        );
+        });
+        let baseline = baseline.flatten();
+        let ratio = baseline.map(|(_, tower)| tower / ns);
+        entries.push(serde_json::json!({
+            "name": format!("policy: {name}"),
+            "unit": "ns",
+            "value": ns,
+            "baseline": baseline.map(|(n, _)| n),
+            "ratio": ratio,
+        }));
+        let throughput = ratio
+            .map(|r| format!(" (throughput {r:.2}x the baseline)"))
+            .unwrap_or_default();
+        println!("policy: {name}: {ns:.1} ns{throughput}");
     }
-    let existing = std::fs::read_to_string(summary).unwrap_or_else(|_| "[]".to_owned());
-    let trimmed = existing.trim_end().trim_end_matches(']').trim_end();
-    let separator = if trimmed.ends_with('[') { "\n" } else { ",\n" };
-    std::fs::write(
-        summary,
-        format!("{trimmed}{separator}{}\n]\n", entries.join(",\n")),
-    )?;
+    let mut all: Vec<serde_json::Value> = std::fs::read_to_string(summary)
+        .ok()
+        .and_then(|text| serde_json::from_str(&text).ok())
+        .unwrap_or_default();
+    all.extend(entries);
+    std::fs::write(summary, serde_json::to_string_pretty(&all)? + "\n")?;
     Ok(())
+}
+
+/// Every benchmark criterion measured under `root`: its full id and its median in nanoseconds.
+fn criterion_medians(root: &std::path::Path) -> Result<Vec<(String, f64)>> {
+    let mut found = Vec::new();
+    let mut dirs = vec![root.to_path_buf()];
+    while let Some(dir) = dirs.pop() {
+        for entry in
+            std::fs::read_dir(&dir).with_context(|| format!("reading {}", dir.display()))?
+        {
+            let path = entry?.path();
+            if !path.is_dir() {
+                continue;
+            }
+            let (benchmark, estimates) = (path.join("benchmark.json"), path.join("estimates.json"));
+            if path.ends_with("new") && benchmark.is_file() && estimates.is_file() {
+                let read = |file: &std::path::Path| -> Result<serde_json::Value> {
+                    Ok(serde_json::from_str(&std::fs::read_to_string(file)?)?)
+                };
+                let id = read(&benchmark)?["full_id"]
+                    .as_str()
+                    .context("criterion's benchmark.json has no full_id")?
+                    .to_owned();
+                let median = read(&estimates)?["median"]["point_estimate"]
+                    .as_f64()
+                    .context("criterion's estimates.json has no median")?;
+                found.push((id, median));
+            } else {
+                dirs.push(path);
+            }
+        }
+    }
+    found.sort_by(|a, b| a.0.cmp(&b.0));
+    anyhow::ensure!(
+        !found.is_empty(),
+        "criterion wrote no results under {}",
+        root.display()
+    );
+    Ok(found)
 }
 
 #[cfg(test)]
 mod tests {
+    /// The layout criterion 0.8 writes: `<group>/<function>/new/{benchmark,estimates}.json`
+    /// (and `base/` and `report/` beside it, which are not read).
+    #[test]
+    fn criterion_results_are_read_from_its_json() {
+        let root = std::env::temp_dir().join(format!("xtask-criterion-{}", std::process::id()));
+        let write = |dir: &str, id: &str, median: f64| {
+            for state in ["new", "base"] {
+                let dir = root.join(dir).join(state);
+                std::fs::create_dir_all(&dir).unwrap();
+                std::fs::write(
+                    dir.join("benchmark.json"),
+                    format!(r#"{{"full_id": "{id}"}}"#),
+                )
+                .unwrap();
+                let median = if state == "new" { median } else { 1e9 };
+                std::fs::write(
+                    dir.join("estimates.json"),
+                    format!(r#"{{"mean": {{"point_estimate": 1.0}}, "median": {{"point_estimate": {median}}}}}"#),
+                )
+                .unwrap();
+            }
+        };
+        write(
+            "budget/one thread/ours",
+            "budget/one thread/GrpcRetryBudget",
+            12.5,
+        );
+        write(
+            "budget/one thread/tower",
+            "budget/one thread/tower TpsBudget",
+            40.0,
+        );
+        std::fs::create_dir_all(root.join("report")).unwrap();
+        let found = super::criterion_medians(&root).unwrap();
+        let _ = std::fs::remove_dir_all(&root);
+        assert_eq!(
+            found,
+            [
+                ("budget/one thread/GrpcRetryBudget".to_owned(), 12.5),
+                ("budget/one thread/tower TpsBudget".to_owned(), 40.0),
+            ]
+        );
+    }
+
     #[test]
     fn test_counts_are_summed_from_cargo_output() {
         let output = "running 2 tests\ntest result: ok. 2 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out; finished in 0.00s\n\
