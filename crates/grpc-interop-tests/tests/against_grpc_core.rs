@@ -137,13 +137,8 @@ async fn through_executor(
         .parse(config)
         .expect("a valid config");
     let method = GrpcMethod::parse(METHOD).unwrap();
-    let settings = RetrySettings::from_service_config(
-        &parsed,
-        &method,
-        GrpcRetryOwner::Channel,
-        LedgerDurability::Durable,
-    )
-    .expect("a retry policy for the method");
+    let settings = RetrySettings::from_service_config(&parsed, &method, LedgerDurability::Durable)
+        .expect("a retry policy for the method");
     let budget = Arc::new(GrpcRetryBudget::new(
         &parsed
             .retry_throttling
@@ -530,7 +525,6 @@ async fn one_call(client: &str, addr: std::net::SocketAddr, config: &str) -> Str
     let settings = RetrySettings::from_service_config(
         &parsed,
         &GrpcMethod::parse(METHOD).unwrap(),
-        GrpcRetryOwner::Channel,
         LedgerDurability::Durable,
     )
     .unwrap();

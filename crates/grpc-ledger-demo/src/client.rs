@@ -100,13 +100,18 @@ pub fn channel_config() -> Result<(ServiceConfig, MethodCatalog)> {
 /// them, so only one layer retries).
 pub fn retry_settings() -> Result<(RetrySettings, Arc<GrpcRetryBudget>)> {
     let (config, _) = channel_config()?;
-    let settings = RetrySettings::from_service_config(
-        &config,
-        &create_method(),
-        GrpcRetryOwner::Application,
-        LedgerDurability::Durable,
-    )
-    .context("the service config has no retry policy for CreatePayment")?;
+    let (_, entry) = config
+        .entry_for(&create_method())
+        .context("the service config has no entry for CreatePayment")?;
+    let policy = entry
+        .retry_policy
+        .clone()
+        .context("the service config has no retry policy for CreatePayment")?;
+    let mut settings = RetrySettings::new(GrpcRetryOwner::Application, policy)
+        .with_server_ledger(LedgerDurability::Durable);
+    if let Some(timeout) = entry.timeout {
+        settings = settings.with_call_timeout(timeout);
+    }
     let throttling = config
         .retry_throttling
         .context("the service config has no retryThrottling")?;

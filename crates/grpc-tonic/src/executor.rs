@@ -141,16 +141,18 @@ impl RetrySettings {
         self
     }
 
-    /// Reads the retry policy that applies to `method` in a service config.
+    /// The retry policy (and `timeout`) that applies to `method` in a service config, for the
+    /// owner such a config is for: the channel (a config that carries a `retryPolicy` is the
+    /// channel's, by the one-owner rule). An application that owns retries builds its settings
+    /// with [`new`](Self::new) and [`GrpcRetryOwner::Application`].
     pub fn from_service_config(
         config: &ServiceConfig,
         method: &grpc_core_api::GrpcMethod,
-        owner: GrpcRetryOwner,
         server_ledger: LedgerDurability,
     ) -> Option<Self> {
         let (_, entry) = config.entry_for(method)?;
-        let mut settings =
-            Self::new(owner, entry.retry_policy.clone()?).with_server_ledger(server_ledger);
+        let mut settings = Self::new(GrpcRetryOwner::Channel, entry.retry_policy.clone()?)
+            .with_server_ledger(server_ledger);
         settings.call_timeout = entry.timeout;
         Some(settings)
     }
