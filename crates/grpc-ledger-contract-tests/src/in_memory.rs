@@ -21,25 +21,8 @@ use grpc_core_api::{
 };
 use tokio::sync::Notify;
 
+use crate::broken::Defect;
 use crate::{Capabilities, LedgerFixture, LedgerStore, RawRow, UnitOfWork};
-
-/// A deliberately broken behaviour, for the suite's own tests that prove it catches each one.
-#[doc(hidden)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Defect {
-    /// Claim overwrites an existing row, like an ORM save of an entity with a caller-assigned id.
-    UpsertClaim,
-    /// Claim reads, then inserts if nothing was there, with a window in between.
-    ReadThenInsertClaim,
-    /// Transitions ignore the version.
-    UnversionedTransition,
-    /// A takeover overwrites an expired claim without checking that it is still the version it
-    /// read and still expired, so two takers of one expired claim can both win.
-    UnfencedTakeover,
-    /// A fresh claim starts at version 1 again, so a stalled owner of a purged row can complete
-    /// the identity's next claim.
-    RepeatingVersions,
-}
 
 #[derive(Default)]
 struct Committed {
@@ -102,12 +85,7 @@ impl InMemoryStore {
         Self::build(claim_wait, None)
     }
 
-    #[doc(hidden)]
-    pub fn with_defect(claim_wait: Duration, defect: Defect) -> Self {
-        Self::build(claim_wait, Some(defect))
-    }
-
-    fn build(claim_wait: Duration, defect: Option<Defect>) -> Self {
+    pub(crate) fn build(claim_wait: Duration, defect: Option<Defect>) -> Self {
         Self {
             shared: Arc::new(Shared {
                 committed: Mutex::default(),
@@ -537,8 +515,8 @@ impl GrpcOperationLedger for InMemoryOperationLedger {
 
 /// The suite's fixture for the double.
 pub struct InMemoryFixture {
-    claim_wait: Duration,
-    defect: Option<Defect>,
+    pub(crate) claim_wait: Duration,
+    pub(crate) defect: Option<Defect>,
 }
 
 impl InMemoryFixture {
@@ -547,14 +525,6 @@ impl InMemoryFixture {
         Self {
             claim_wait,
             defect: None,
-        }
-    }
-
-    #[doc(hidden)]
-    pub fn with_defect(claim_wait: Duration, defect: Defect) -> Self {
-        Self {
-            claim_wait,
-            defect: Some(defect),
         }
     }
 }

@@ -43,6 +43,7 @@
 //!
 //! [`GrpcOperationLedger`]: grpc_core_api::GrpcOperationLedger
 
+mod broken;
 pub mod cases;
 mod fixture;
 mod in_memory;
@@ -53,8 +54,7 @@ pub use cases::{CASES, CaseOutcome, SuiteReport, not_applicable, run_all, run_re
 pub use fixture::{Capabilities, LedgerFixture, LedgerStore, RawRow, UnitOfWork};
 pub use in_memory::{InMemoryFixture, InMemoryOperationLedger, InMemoryStore, InMemoryUnit};
 
-/// The deliberately broken behaviours the suite's own tests use; not part of the API.
-#[doc(hidden)]
-pub mod __private_defect {
-    pub use crate::in_memory::Defect;
-}
+/// The deliberately broken behaviours the suite's own tests use (feature `broken-doubles`); not
+/// part of the API.
+#[cfg(feature = "broken-doubles")]
+pub use broken::Defect;

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use grpc_ledger_contract_tests::__private_defect::Defect;
+use grpc_ledger_contract_tests::Defect;
 use grpc_ledger_contract_tests::{CASES, InMemoryFixture, run_report};
 
 async fn caught(defect: Defect) -> Vec<&'static str> {
