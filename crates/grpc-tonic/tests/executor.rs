@@ -128,14 +128,7 @@ async fn a_non_idempotent_call_is_never_resent() {
     let script = Script::new(vec![Err(Status::unavailable("down"))]);
     let executor = executor(GrpcRetryOwner::Application, LedgerDurability::Durable);
     let status = executor
-        .call(
-            MethodClass::NonIdempotent,
-            7u32,
-            None,
-            None,
-            script.call(),
-            no_resolver(),
-        )
+        .call_unkeyed(MethodClass::NonIdempotent, 7u32, None, script.call())
         .await
         .unwrap_err();
     assert_eq!(status.code(), Code::Unavailable);
@@ -261,14 +254,7 @@ async fn server_pushback_that_says_stop_is_obeyed() {
     let script = Script::new(vec![Err(status)]);
     let executor = executor(GrpcRetryOwner::Application, LedgerDurability::Durable);
     executor
-        .call(
-            MethodClass::Idempotent,
-            7u32,
-            None,
-            None,
-            script.call(),
-            no_resolver(),
-        )
+        .call_unkeyed(MethodClass::Idempotent, 7u32, None, script.call())
         .await
         .unwrap_err();
     assert_eq!(script.attempts(), 1);
@@ -304,7 +290,7 @@ fn slow(
     delay: impl Fn(u32) -> Duration,
 ) -> impl FnMut(Request<u32>) -> Answer {
     move |_request| {
-        let n = attempts.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let n = attempts.fetch_add(1, Ordering::SeqCst);
         let delay = delay(n);
         Box::pin(async move {
             tokio::time::sleep(delay).await;
@@ -313,45 +299,34 @@ fn slow(
     }
 }
 
-/// The service config's `timeout` is the deadline of the whole call (grpc-go wraps the call in
-/// it): one slow attempt, then DEADLINE_EXCEEDED, never a retry of 0.1 s attempts.
+/// The call's deadline is the earlier of the service config's `timeout` (grpc-go wraps the call
+/// in it) and the caller's: one slow attempt, then DEADLINE_EXCEEDED, never a retry.
 #[tokio::test]
-async fn the_config_timeout_bounds_the_whole_call_and_the_caller_gets_deadline_exceeded() {
-    let attempts = AtomicU32::new(0);
-    let executor = executor_with(|s| s.call_timeout = Some(Duration::from_millis(100)));
-    let status = executor
-        .call(
-            MethodClass::Idempotent,
-            7u32,
-            None,
-            None,
-            slow(&attempts, |_| Duration::from_secs(1)),
-            no_resolver(),
-        )
-        .await
-        .unwrap_err();
-    assert_eq!(status.code(), Code::DeadlineExceeded);
-    assert_eq!(attempts.load(std::sync::atomic::Ordering::SeqCst), 1);
-}
-
-/// The caller's deadline and the config's timeout: the earlier one wins.
-#[tokio::test]
-async fn the_earlier_of_the_callers_deadline_and_the_config_timeout_wins() {
-    let attempts = AtomicU32::new(0);
-    let executor = executor_with(|s| s.call_timeout = Some(Duration::from_secs(30)));
-    let status = executor
-        .call(
-            MethodClass::Idempotent,
-            7u32,
-            None,
+async fn the_earlier_of_the_config_timeout_and_the_callers_deadline_ends_the_call() {
+    let rows = [
+        ("config timeout", Duration::from_millis(100), None),
+        (
+            "caller's deadline",
+            Duration::from_secs(30),
             Some(Duration::from_millis(80)),
-            slow(&attempts, |_| Duration::from_secs(1)),
-            no_resolver(),
-        )
-        .await
-        .unwrap_err();
-    assert_eq!(status.code(), Code::DeadlineExceeded);
-    assert_eq!(attempts.load(std::sync::atomic::Ordering::SeqCst), 1);
+        ),
+    ];
+    for (row, config_timeout, callers_deadline) in rows {
+        let attempts = AtomicU32::new(0);
+        let executor = executor_with(|s| s.call_timeout = Some(config_timeout));
+        let slow_attempts = slow(&attempts, |_| Duration::from_secs(1));
+        let status = executor
+            .call_unkeyed(
+                MethodClass::Idempotent,
+                7u32,
+                callers_deadline,
+                slow_attempts,
+            )
+            .await
+            .unwrap_err();
+        assert_eq!(status.code(), Code::DeadlineExceeded, "{row}");
+        assert_eq!(attempts.load(Ordering::SeqCst), 1, "{row}");
+    }
 }
 
 /// A per-attempt limit exists only when asked for (`perAttemptRecvTimeout`): a slow first attempt
@@ -364,10 +339,9 @@ async fn a_per_attempt_limit_cuts_a_slow_attempt_and_retries_it() {
         s.per_attempt_timeout = Some(Duration::from_millis(50));
     });
     let answer = executor
-        .call(
+        .call_unkeyed(
             MethodClass::Idempotent,
             7u32,
-            None,
             None,
             slow(&attempts, |n| {
                 if n == 0 {
@@ -376,7 +350,6 @@ async fn a_per_attempt_limit_cuts_a_slow_attempt_and_retries_it() {
                     Duration::ZERO
                 }
             }),
-            no_resolver(),
         )
         .await
         .unwrap();
@@ -390,14 +363,7 @@ async fn a_cancel_from_elsewhere_is_not_rewritten() {
     let script = Script::new(vec![Err(Status::cancelled("the server gave up"))]);
     let executor = executor_with(|s| s.call_timeout = Some(Duration::from_secs(5)));
     let status = executor
-        .call(
-            MethodClass::Idempotent,
-            7u32,
-            None,
-            None,
-            script.call(),
-            no_resolver(),
-        )
+        .call_unkeyed(MethodClass::Idempotent, 7u32, None, script.call())
         .await
         .unwrap_err();
     assert_eq!(status.code(), Code::Cancelled);
@@ -461,14 +427,7 @@ async fn repeated_pushback_values_stop_retries_and_count_against_the_budget() {
         Arc::clone(&budget),
     );
     let answer = executor
-        .call(
-            MethodClass::Idempotent,
-            7u32,
-            None,
-            None,
-            script.call(),
-            no_resolver(),
-        )
+        .call_unkeyed(MethodClass::Idempotent, 7u32, None, script.call())
         .await
         .unwrap_err();
     assert_eq!(answer.code(), Code::Unavailable);
@@ -490,14 +449,7 @@ async fn a_signed_pushback_is_obeyed() {
     let script = Script::new(vec![Err(status), Ok("done")]);
     let executor = executor_with(|_| {});
     let answer = executor
-        .call(
-            MethodClass::Idempotent,
-            7u32,
-            None,
-            None,
-            script.call(),
-            no_resolver(),
-        )
+        .call_unkeyed(MethodClass::Idempotent, 7u32, None, script.call())
         .await
         .unwrap();
     assert_eq!(answer.get_ref(), "done");
