@@ -86,6 +86,18 @@ fn write_once_guard(claim_wait: Duration) -> (InMemoryStore, KeyedMutationGuard<
     (store, guard)
 }
 
+/// A fresh store (duplicates wait 200 ms behind a claim), a claim-first guard over it, and a
+/// counter of handler runs.
+fn fresh() -> (
+    InMemoryStore,
+    KeyedMutationGuard<InMemoryStore>,
+    Arc<AtomicU32>,
+) {
+    let store = InMemoryStore::new(Duration::from_millis(200));
+    let guard = guard(&store);
+    (store, guard, Arc::new(AtomicU32::new(0)))
+}
+
 /// Runs a payment through the guard; the handler writes one business row named after the amount.
 async fn pay(
     guard: &KeyedMutationGuard<InMemoryStore>,
@@ -114,9 +126,7 @@ async fn pay(
 
 #[tokio::test]
 async fn a_duplicate_replays_and_the_handler_runs_once() {
-    let store = InMemoryStore::new(Duration::from_millis(200));
-    let guard = guard(&store);
-    let runs = Arc::new(AtomicU32::new(0));
+    let (store, guard, runs) = fresh();
     let first = pay_ok(&guard, 10, "k-1", &runs).await;
     assert_eq!(first.get_ref(), "payment-10");
     assert!(first.metadata().get(REPLAYED_METADATA_KEY).is_none());
@@ -132,9 +142,7 @@ async fn a_duplicate_replays_and_the_handler_runs_once() {
 /// recognised as the same request and replayed, never refused as a reused key.
 #[tokio::test]
 async fn retries_of_a_request_with_a_map_replay_whatever_order_the_map_decodes_in() {
-    let store = InMemoryStore::new(Duration::from_millis(200));
-    let guard = guard(&store);
-    let runs = Arc::new(AtomicU32::new(0));
+    let (store, guard, runs) = fresh();
     let labels = (0..8).map(|i| (format!("label-{i}"), format!("value-{i}")));
     let sent = Pay {
         amount: 10,
@@ -162,9 +170,7 @@ async fn retries_of_a_request_with_a_map_replay_whatever_order_the_map_decodes_i
 
 #[tokio::test]
 async fn a_changed_body_under_the_same_key_is_failed_precondition() {
-    let store = InMemoryStore::new(Duration::from_millis(200));
-    let guard = guard(&store);
-    let runs = Arc::new(AtomicU32::new(0));
+    let (_store, guard, runs) = fresh();
     pay_ok(&guard, 10, "k-1", &runs).await;
     let status = pay(
         &guard,
@@ -184,9 +190,7 @@ async fn a_changed_body_under_the_same_key_is_failed_precondition() {
 
 #[tokio::test]
 async fn a_missing_or_bad_key_is_invalid_argument_and_runs_nothing() {
-    let store = InMemoryStore::new(Duration::from_millis(200));
-    let guard = guard(&store);
-    let runs = Arc::new(AtomicU32::new(0));
+    let (_store, guard, runs) = fresh();
     let missing = pay(&guard, request(10, None, Some("tenant-a")), &runs, Ok(()))
         .await
         .unwrap_err();
@@ -221,9 +225,7 @@ async fn a_missing_or_bad_key_is_invalid_argument_and_runs_nothing() {
 /// replayed to it nor blocked by it.
 #[tokio::test]
 async fn a_fake_caller_header_cannot_replay_or_block_another_callers_operation() {
-    let store = InMemoryStore::new(Duration::from_millis(200));
-    let guard = guard(&store);
-    let runs = Arc::new(AtomicU32::new(0));
+    let (_store, guard, runs) = fresh();
     pay_ok(&guard, 10, "shared", &runs).await;
     let mut forged = request(10, Some("shared"), Some("tenant-b"));
     forged
@@ -247,9 +249,7 @@ async fn a_fake_caller_header_cannot_replay_or_block_another_callers_operation()
 
 #[tokio::test]
 async fn a_terminal_failure_is_recorded_and_replayed_a_transient_one_rolls_back() {
-    let store = InMemoryStore::new(Duration::from_millis(200));
-    let guard = guard(&store);
-    let runs = Arc::new(AtomicU32::new(0));
+    let (store, guard, runs) = fresh();
     let refused = Status::failed_precondition("insufficient funds");
     let first = pay(
         &guard,
@@ -498,9 +498,7 @@ async fn ledger_faults_roll_everything_back_and_answer_the_right_status() {
 /// gets the handler's status unchanged.
 #[tokio::test]
 async fn an_oversized_terminal_failure_is_recorded_and_replayed() {
-    let store = InMemoryStore::new(Duration::from_millis(200));
-    let guard = guard(&store);
-    let runs = Arc::new(AtomicU32::new(0));
+    let (store, guard, runs) = fresh();
     let message = format!("declined\0{}", "\u{e9}".repeat(700)); // 1409 bytes
     let refusal = || HandlerError::Terminal(Status::failed_precondition(message.clone()));
     let first = pay(
@@ -535,9 +533,7 @@ async fn an_oversized_terminal_failure_is_recorded_and_replayed() {
 /// A replayed failure carries what the first answer carried: code, message and error details.
 #[tokio::test]
 async fn a_replayed_failure_carries_the_original_error_details() {
-    let store = InMemoryStore::new(Duration::from_millis(200));
-    let guard = guard(&store);
-    let runs = Arc::new(AtomicU32::new(0));
+    let (store, guard, runs) = fresh();
     let refusal = || {
         HandlerError::Terminal(Status::with_error_details(
             Code::FailedPrecondition,
@@ -584,9 +580,7 @@ async fn a_replayed_failure_carries_the_original_error_details() {
 /// claim-first owner holds the lease, the recorded failure after a terminal refusal.
 #[tokio::test]
 async fn resolve_reports_what_became_of_the_operation() {
-    let store = InMemoryStore::new(Duration::from_millis(200));
-    let guard = guard(&store);
-    let runs = Arc::new(AtomicU32::new(0));
+    let (store, guard, runs) = fresh();
     let look = |key: &str| {
         let request = request(1, Some(key), Some("tenant-a"));
         let (metadata, extensions, _) = request.into_parts();
