@@ -249,7 +249,7 @@ async fn a_fake_caller_header_cannot_replay_or_block_another_callers_operation()
 
 #[tokio::test]
 async fn a_terminal_failure_is_recorded_and_replayed_a_transient_one_rolls_back() {
-    let (store, guard, runs) = fresh();
+    let (_store, guard, runs) = fresh();
     let refused = Status::failed_precondition("insufficient funds");
     let first = pay(
         &guard,
@@ -498,7 +498,7 @@ async fn ledger_faults_roll_everything_back_and_answer_the_right_status() {
 /// gets the handler's status unchanged.
 #[tokio::test]
 async fn an_oversized_terminal_failure_is_recorded_and_replayed() {
-    let (store, guard, runs) = fresh();
+    let (_store, guard, runs) = fresh();
     let message = format!("declined\0{}", "\u{e9}".repeat(700)); // 1409 bytes
     let refusal = || HandlerError::Terminal(Status::failed_precondition(message.clone()));
     let first = pay(
@@ -533,7 +533,7 @@ async fn an_oversized_terminal_failure_is_recorded_and_replayed() {
 /// A replayed failure carries what the first answer carried: code, message and error details.
 #[tokio::test]
 async fn a_replayed_failure_carries_the_original_error_details() {
-    let (store, guard, runs) = fresh();
+    let (_store, guard, runs) = fresh();
     let refusal = || {
         HandlerError::Terminal(Status::with_error_details(
             Code::FailedPrecondition,
