@@ -136,6 +136,27 @@ async fn create_database(admin_url: &str, variable: &str, name: &str) {
     admin.close().await.expect("close the admin connection");
 }
 
+/// A fresh database `name` on the server at `admin_url` (PostgreSQL or MariaDB, as `store`
+/// says), migrated, reached directly.
+async fn on_server(store: Store, admin_url: &str, variable: &str, name: &str) -> TestDb {
+    create_database(admin_url, variable, name).await;
+    let url = with_database(admin_url, name);
+    let db = match store {
+        Store::MariaDb => connect_mysql(&url, &config()).await,
+        _ => connect_postgres(&url, &config()).await,
+    }
+    .unwrap_or_else(|e| panic!("cannot connect to the test database at {variable}: {e}"));
+    migrate(&db).await.expect("apply the ledger migrations");
+    TestDb {
+        direct: db.clone(),
+        db,
+        store,
+        url,
+        sqlite_file: None,
+        nodes: Vec::new(),
+    }
+}
+
 /// A fresh, migrated store.
 pub async fn fresh(store: Store) -> TestDb {
     let name = unique_name();
@@ -152,23 +173,7 @@ pub async fn fresh(store: Store) -> TestDb {
                 nodes: Vec::new(),
             }
         }
-        Store::Postgres => {
-            let admin_url = postgres_admin_url();
-            create_database(&admin_url, "DATABASE_URL", &name).await;
-            let url = with_database(&admin_url, &name);
-            let db = connect_postgres(&url, &config())
-                .await
-                .expect("connect PostgreSQL");
-            migrate(&db).await.expect("apply the ledger migrations");
-            TestDb {
-                direct: db.clone(),
-                db,
-                store,
-                url,
-                sqlite_file: None,
-                nodes: Vec::new(),
-            }
-        }
+        Store::Postgres => on_server(store, &postgres_admin_url(), "DATABASE_URL", &name).await,
         Store::PostgresBehindTransactionPooler => {
             let admin_url = postgres_admin_url();
             create_database(&admin_url, "DATABASE_URL", &name).await;
@@ -189,23 +194,7 @@ pub async fn fresh(store: Store) -> TestDb {
                 nodes: Vec::new(),
             }
         }
-        Store::MariaDb => {
-            let server = mariadb_admin_url();
-            create_database(&server, "MARIADB_URL", &name).await;
-            let url = with_database(&server, &name);
-            let db = connect_mysql(&url, &config())
-                .await
-                .expect("connect MariaDB");
-            migrate(&db).await.expect("apply the ledger migrations");
-            TestDb {
-                direct: db.clone(),
-                db,
-                store,
-                url,
-                sqlite_file: None,
-                nodes: Vec::new(),
-            }
-        }
+        Store::MariaDb => on_server(store, &mariadb_admin_url(), "MARIADB_URL", &name).await,
         Store::Galera => {
             let urls: Vec<String> = std::env::var("GALERA_URLS")
                 .ok()
