@@ -177,15 +177,22 @@ fn demo_command_at(demo: &Path, url: &str, payments: u32, run_id: &str) -> Comma
     command
 }
 
-/// Who owns the demo client's retries in the scenario of `run_id`: the RetryLayer in about half
-/// of the scenarios, the executor in the others, chosen by the scenario's tag (the run id
-/// without its process id), so that a scenario always meets the same owner.
+/// The scenarios (by tag: the run id without its process id) whose demo client has the executor
+/// own its retries; the others run it over the RetryLayer, so that faults meet both owners.
+const EXECUTOR_SCENARIOS: [&str; 4] = [
+    "connectionskilled",
+    "pgbouncertransactionkilled",
+    "server",
+    "galeranodekilledrejoined",
+];
+
+/// Who owns the demo client's retries in the scenario of `run_id`.
 fn client_retries(run_id: &str) -> &'static str {
     let tag = run_id.trim_end_matches(|c: char| c.is_ascii_digit());
-    if tag.bytes().map(u32::from).sum::<u32>() % 2 == 0 {
-        "channel"
-    } else {
+    if EXECUTOR_SCENARIOS.contains(&tag) {
         "application"
+    } else {
+        "channel"
     }
 }
 
@@ -609,5 +616,45 @@ mod proxy {
             }
             std::thread::sleep(Duration::from_millis(50));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// About half the scenarios give the client's retries to the executor, by the tag their
+    /// names make.
+    #[test]
+    fn faults_meet_both_retry_owners() {
+        let tag = |name: &str| -> String {
+            name.chars()
+                .filter(char::is_ascii_alphanumeric)
+                .collect::<String>()
+                + "4242"
+        };
+        let owners: Vec<&str> = [
+            "postgres fast restart",
+            "connections killed",
+            "pgbouncer session, killed",
+            "pgbouncer transaction, killed",
+            "failover",
+            "galera, node killed, rejoined",
+            "galera, failover",
+        ]
+        .iter()
+        .map(|name| super::client_retries(&tag(name)))
+        .collect();
+        assert_eq!(
+            owners,
+            [
+                "channel",
+                "application",
+                "channel",
+                "application",
+                "channel",
+                "application",
+                "channel"
+            ]
+        );
+        assert_eq!(super::client_retries("server4242"), "application");
     }
 }
