@@ -67,12 +67,7 @@ pub async fn co_commit_rolls_back_and_commits_together<F: LedgerFixture>(fixture
     let unit = store.begin().await.expect("begin");
     run_keyed_mutation(&unit, &id, "co-commit").await;
     unit.commit().await.expect("commit");
-    let record = store
-        .autocommit()
-        .find(&id)
-        .await
-        .expect("find")
-        .expect("row");
+    let record = stored(&store, &id).await;
     assert_eq!(record.state(), OperationState::Committed);
     assert_eq!(store.business_rows("co-commit").await, 1);
 }
@@ -180,12 +175,7 @@ pub async fn concurrent_transitions_have_exactly_one_winner<F: LedgerFixture>(fi
         }
     }
     assert_eq!(winners.len(), 1, "winners: {winners:?}");
-    let record = store
-        .autocommit()
-        .find(&id)
-        .await
-        .expect("find")
-        .expect("row");
+    let record = stored(&*store, &id).await;
     assert_eq!(record.version, version.next());
 }
 

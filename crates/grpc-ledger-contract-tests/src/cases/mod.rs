@@ -136,6 +136,16 @@ async fn replayed(
     }
 }
 
+/// The row of `id`, read outside any unit of work; the case fails if there is none.
+async fn stored<S: LedgerStore>(store: &S, id: &GrpcOperationIdentity) -> OperationRecord {
+    store
+        .autocommit()
+        .find(id)
+        .await
+        .expect("find")
+        .expect("the operation has a row")
+}
+
 /// A committed completion with `reference` as its outcome.
 fn done(reference: &str) -> Completion {
     Completion::Committed(outcome(reference))

@@ -12,12 +12,7 @@ pub async fn record_finished_writes_once_and_replays<F: LedgerFixture>(fixture: 
         panic!("a new identity must be recorded, got {recorded:?}");
     };
     unit.commit().await.expect("commit");
-    let record = store
-        .autocommit()
-        .find(&id)
-        .await
-        .expect("find")
-        .expect("row");
+    let record = stored(&store, &id).await;
     assert_eq!(record.state(), OperationState::Committed);
     assert_eq!(record.version, version);
     assert_eq!(record.outcome_reference(), Some(&outcome("payment-1")));
@@ -89,12 +84,7 @@ pub async fn record_finished_over_a_live_claim_is_in_progress<F: LedgerFixture>(
     };
     assert!(retry_after > Duration::ZERO && retry_after <= Duration::from_millis(LONG));
     unit.rollback().await.expect("rollback");
-    let row = store
-        .autocommit()
-        .find(&id)
-        .await
-        .expect("find")
-        .expect("row");
+    let row = stored(&store, &id).await;
     assert_eq!(row.state(), OperationState::InProgress);
 }
 
@@ -145,12 +135,7 @@ pub async fn concurrent_records_have_exactly_one_winner<F: LedgerFixture>(fixtur
     }
     assert_eq!(winners, 1, "exactly one unit commits its record");
     assert_eq!(store.business_rows("write-once-race").await, 1);
-    let record = store
-        .autocommit()
-        .find(&id)
-        .await
-        .expect("find")
-        .expect("row");
+    let record = stored(&*store, &id).await;
     assert_eq!(record.state(), OperationState::Committed);
 }
 
