@@ -226,10 +226,7 @@ pub async fn run_client(
         }));
     }
     let mut report = DemoReport {
-        retries_owned_by: match options.retries {
-            ClientRetries::Channel => "channel",
-            ClientRetries::Application => "application",
-        },
+        retries_owned_by: Some(options.retries),
         calls: options.payments,
         ..DemoReport::default()
     };
@@ -284,6 +281,16 @@ struct PaymentOutcome {
     failure: Option<String>,
     changed_body_refused: u64,
     changed_body_accepted: u64,
+}
+
+impl std::fmt::Display for ClientRetries {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // As the demo's `--retries` flag names them.
+        f.write_str(match self {
+            Self::Channel => "channel",
+            Self::Application => "application",
+        })
+    }
 }
 
 /// The payments' retry owner, ready to send.

@@ -41,9 +41,8 @@ pub const DEMO_TOKEN: &str = "demo-client-token";
 /// What a run did and what the database says about it.
 #[derive(Debug, Default, Clone)]
 pub struct DemoReport {
-    /// Who owned the client's retries: `channel` (the RetryLayer) or `application` (the
-    /// executor).
-    pub retries_owned_by: &'static str,
+    /// Who owned the client's retries.
+    pub retries_owned_by: Option<ClientRetries>,
     /// Payments the client asked for.
     pub calls: u64,
     /// Payments the client was told succeeded.
@@ -101,7 +100,11 @@ impl DemoReport {
 impl fmt::Display for DemoReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let rows: Vec<(&str, String)> = vec![
-            ("client retries owned by", self.retries_owned_by.to_owned()),
+            (
+                "client retries owned by",
+                self.retries_owned_by
+                    .map_or_else(String::new, |owner| owner.to_string()),
+            ),
             ("calls", self.calls.to_string()),
             ("acknowledged", self.acknowledged.to_string()),
             ("failed (client saw an error)", self.failed.to_string()),
