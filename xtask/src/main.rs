@@ -445,10 +445,14 @@ fn policy_benches(summary: &std::path::Path) -> Result<()> {
             .unwrap_or_default();
         println!("policy: {name}: {ns:.1} ns{throughput}");
     }
-    let mut all: Vec<serde_json::Value> = std::fs::read_to_string(summary)
-        .ok()
-        .and_then(|text| serde_json::from_str(&text).ok())
-        .unwrap_or_default();
+    // The ledger benchmarks' figures are there already; a summary that does not parse is an
+    // error, never silently replaced.
+    let mut all: Vec<serde_json::Value> = match std::fs::read_to_string(summary) {
+        Ok(text) => serde_json::from_str(&text)
+            .with_context(|| format!("{} is not a JSON list of figures", summary.display()))?,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+        Err(error) => return Err(error.into()),
+    };
     all.extend(entries);
     std::fs::write(summary, serde_json::to_string_pretty(&all)? + "\n")?;
     Ok(())

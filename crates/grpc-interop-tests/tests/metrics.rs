@@ -15,6 +15,7 @@ use grpc_tonic::{AuthenticatedPrincipal, Committed, GuardConfig, KeyedMutationGu
 use opentelemetry::metrics::MeterProvider;
 use opentelemetry_sdk::metrics::data::{AggregatedMetrics, MetricData};
 use opentelemetry_sdk::metrics::{InMemoryMetricExporter, PeriodicReader, SdkMeterProvider};
+use tokio::sync::Notify;
 use tonic::{Code, Request};
 
 /// A meter provider whose every data point can be read back.
@@ -190,7 +191,9 @@ async fn the_guard_records_the_ledgers_answers_and_claim_latency() {
     );
     let guard = KeyedMutationGuard::new(store, config).with_meter(&recorded.meter());
     let method = GrpcMethod::parse(METHOD).unwrap();
-    let run = |request: Request<pb::ProbeRequest>, hold: Option<Arc<tokio::sync::Notify>>| {
+    // `hold`: the handler says it runs (its claim is made), then waits to be released.
+    type Hold = Option<(Arc<Notify>, Arc<Notify>)>;
+    let run = |request: Request<pb::ProbeRequest>, hold: Hold| {
         let (guard, method) = (guard.clone(), method.clone());
         async move {
             guard
@@ -198,8 +201,9 @@ async fn the_guard_records_the_ledgers_answers_and_claim_latency() {
                     &method,
                     request,
                     |_, message: pb::ProbeRequest| async move {
-                        if let Some(hold) = hold {
-                            hold.notified().await;
+                        if let Some((running, release)) = hold {
+                            running.notify_one();
+                            release.notified().await;
                         }
                         Ok(Committed {
                             outcome: OutcomeReference::parse(&message.call_id).unwrap(),
@@ -219,14 +223,15 @@ async fn the_guard_records_the_ledgers_answers_and_claim_latency() {
         Code::FailedPrecondition
     );
     // A duplicate while the first is still running is told it is in flight.
-    let hold = Arc::new(tokio::sync::Notify::new());
-    let first = tokio::spawn(run(pay(3, "k-3"), Some(Arc::clone(&hold))));
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    let (running, release) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
+    let hold = Some((Arc::clone(&running), Arc::clone(&release)));
+    let first = tokio::spawn(run(pay(3, "k-3"), hold));
+    running.notified().await;
     assert_eq!(
         run(pay(3, "k-3"), None).await.unwrap_err().code(),
         Code::Aborted
     );
-    hold.notify_one();
+    release.notify_one();
     first.await.unwrap().unwrap();
 
     let points = recorded.points();

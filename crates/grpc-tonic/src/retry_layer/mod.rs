@@ -533,7 +533,8 @@ impl Shared {
         if !safe {
             tracing::info!(method = %call.method, class = ?call.class, "hedging decision: refuse: the method is not safe to send twice; one attempt");
         }
-        let delay = hedging.hedging_delay().unwrap_or_default();
+        // A6: without `hedgingDelay` every copy goes at once.
+        let delay = hedging.hedging_delay().unwrap_or(Duration::ZERO);
         let non_fatal = hedging.non_fatal_status_codes();
         let budget_allows = || self.budget.as_ref().is_none_or(|b| b.allows_retry());
         let mut attempts = JoinSet::new();
