@@ -31,6 +31,14 @@ pub const METHOD: &str = "/interop.v1.Probe/Call";
 /// The descriptor set of `proto/probe.proto`, compiled by protox at build time.
 pub const DESCRIPTOR_SET: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/probe.pb"));
 
+/// A channel to the server at `addr` on loopback, connecting on its first call (so that a test's
+/// first attempt meets whatever the server does to new connections).
+pub fn lazy_channel(addr: SocketAddr) -> tonic::transport::Channel {
+    tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+        .expect("a loopback address is a valid URI")
+        .connect_lazy()
+}
+
 /// One attempt the server saw.
 #[derive(Debug, Clone)]
 pub struct Attempt {

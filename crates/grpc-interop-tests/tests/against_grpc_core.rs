@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use grpc_core_api::{GrpcMethod, LedgerDurability};
 use grpc_interop_tests::raw_h2::{Behaviour, Script, goaway_then, raw_server, refuse_first};
-use grpc_interop_tests::{Attempt, DESCRIPTOR_SET, METHOD, ProbeServer, pb};
+use grpc_interop_tests::{Attempt, DESCRIPTOR_SET, METHOD, ProbeServer, lazy_channel, pb};
 use grpc_policy::{
     GrpcRetryBudget, GrpcRetryOwner, GrpcServiceConfigPolicy, MethodCatalog, MethodClass,
     RetryThrottling, ServiceConfig,
@@ -145,9 +145,7 @@ async fn through_executor(
             .unwrap_or_else(|| RetryThrottling::new(1000, 1000.0).unwrap()),
     ));
     let executor = RetryExecutor::new(settings, budget);
-    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", server.addr()))
-        .unwrap()
-        .connect_lazy();
+    let channel = lazy_channel(server.addr());
     let client = pb::probe_client::ProbeClient::new(channel);
     let mut observed = Vec::new();
     for (n, script) in scripts.iter().enumerate() {
@@ -199,9 +197,7 @@ fn layered_client(
     addr: std::net::SocketAddr,
     config: &str,
 ) -> pb::probe_client::ProbeClient<grpc_tonic::RetryService<tonic::transport::Channel>> {
-    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
-        .unwrap()
-        .connect_lazy();
+    let channel = lazy_channel(addr);
     pb::probe_client::ProbeClient::new(tower_layer::Layer::layer(&retry_layer(config), channel))
 }
 
@@ -534,9 +530,7 @@ async fn one_call(client: &str, addr: std::net::SocketAddr, config: &str) -> Str
             &RetryThrottling::new(10, 0.1).unwrap(),
         )),
     );
-    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
-        .unwrap()
-        .connect_lazy();
+    let channel = lazy_channel(addr);
     let client = pb::probe_client::ProbeClient::new(CommitObserver::new(channel));
     let answer = executor
         .call(

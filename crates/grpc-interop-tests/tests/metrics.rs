@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use grpc_core_api::{GrpcMethod, KeyHasher, OutcomeReference, RequestSchema};
 use grpc_interop_tests::raw_h2::{raw_server, refuse_first};
-use grpc_interop_tests::{DESCRIPTOR_SET, METHOD, ProbeServer, pb};
+use grpc_interop_tests::{DESCRIPTOR_SET, METHOD, ProbeServer, lazy_channel, pb};
 use grpc_ledger_contract_tests::InMemoryStore;
 use grpc_policy::{GrpcRetryOwner, GrpcServiceConfigPolicy, MethodCatalog};
 use grpc_tonic::{AuthenticatedPrincipal, Committed, GuardConfig, KeyedMutationGuard, RetryLayer};
@@ -97,9 +97,7 @@ fn client(
     addr: std::net::SocketAddr,
     layer: &RetryLayer,
 ) -> pb::probe_client::ProbeClient<grpc_tonic::RetryService<tonic::transport::Channel>> {
-    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
-        .unwrap()
-        .connect_lazy();
+    let channel = lazy_channel(addr);
     pb::probe_client::ProbeClient::new(tower_layer::Layer::layer(layer, channel))
 }
 

@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use grpc_core_api::{GrpcMethod, LedgerDurability};
-use grpc_interop_tests::{DESCRIPTOR_SET, METHOD, ProbeServer, pb};
+use grpc_interop_tests::{DESCRIPTOR_SET, METHOD, ProbeServer, lazy_channel, pb};
 use grpc_policy::{
     GrpcRetryOwner, GrpcServiceConfigPolicy, MethodCatalog, MethodClass, MethodInfo, RefusalReason,
 };
@@ -41,9 +41,7 @@ fn keyed_catalog() -> MethodCatalog {
 
 fn client(server: &ProbeServer, builder: RetryLayerBuilder) -> (Client, RetryLayer) {
     let layer = builder.build().expect("the layer accepts the config");
-    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", server.addr()))
-        .unwrap()
-        .connect_lazy();
+    let channel = lazy_channel(server.addr());
     let client = pb::probe_client::ProbeClient::new(tower_layer::Layer::layer(&layer, channel));
     (client, layer)
 }

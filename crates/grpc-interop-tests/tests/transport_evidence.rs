@@ -29,11 +29,17 @@ use http::uri::PathAndQuery;
 use raw_h2::{Behaviour, Note, Script, die_mid_first_call, goaway_then, raw_server, refuse_first};
 use tonic::{Code, Request, Response, Status};
 
+/// A channel to `addr` on loopback, connecting on its first call. (This file is also compiled in
+/// `grpc-tonic-client-only`, without the interop crate's library, so it keeps its own.)
+fn lazy_channel(addr: SocketAddr) -> tonic::transport::Channel {
+    tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+        .expect("a loopback address is a valid URI")
+        .connect_lazy()
+}
+
 /// One unary call on a real tonic Channel.
 async fn call(addr: SocketAddr) -> Result<Response<Note>, Status> {
-    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
-        .unwrap()
-        .connect_lazy();
+    let channel = lazy_channel(addr);
     unary(channel, Request::new(Note { text: "hi".into() })).await
 }
 
@@ -177,9 +183,7 @@ async fn unkeyed_call(
     addr: SocketAddr,
     class: MethodClass,
 ) -> Result<Response<Note>, Status> {
-    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
-        .unwrap()
-        .connect_lazy();
+    let channel = lazy_channel(addr);
     executor
         .call_unkeyed(
             class,
@@ -230,9 +234,7 @@ async fn the_executor_reports_a_refused_stream_as_unavailable() {
 #[tokio::test]
 async fn a_keyed_mutation_cut_off_by_a_dead_server_is_resolved_first() {
     let (addr, streams) = raw_server(die_mid_first_call).await;
-    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
-        .unwrap()
-        .connect_lazy();
+    let channel = lazy_channel(addr);
     let executor = executor(&[Code::Unavailable]);
     let key = IdempotencyKey::parse("k-dead").unwrap();
     let lookups = AtomicU32::new(0);
@@ -291,9 +293,7 @@ async fn a_failure_after_response_headers_is_committed_and_never_retried() {
 #[tokio::test]
 async fn a_keyed_mutation_failing_after_response_headers_is_looked_up() {
     let (addr, _) = raw_server(|_| Behaviour::UnavailableAfterHeaders).await;
-    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
-        .unwrap()
-        .connect_lazy();
+    let channel = lazy_channel(addr);
     let executor = executor(&[Code::Unavailable]);
     let key = IdempotencyKey::parse("k-headers").unwrap();
     let lookups = AtomicU32::new(0);
