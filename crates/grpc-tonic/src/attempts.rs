@@ -37,6 +37,18 @@ pub(crate) fn jitter_source() -> SplitMix64 {
     SplitMix64::from_seed(seed)
 }
 
+/// The deadline of a call starting now: the earlier of the caller's and the config's `timeout`.
+pub(crate) fn call_deadline(
+    callers: Option<Duration>,
+    config: Option<Duration>,
+) -> Option<Instant> {
+    let limit = match (callers, config) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
+    limit.map(|limit| Instant::now() + limit)
+}
+
 /// What does not change during one call.
 pub(crate) struct CallContext<'a> {
     pub(crate) owner: GrpcRetryOwner,

@@ -16,7 +16,7 @@ use tonic::metadata::{AsciiMetadataValue, MetadataValue};
 use tonic::{Code, Request, Response, Status};
 
 use crate::IDEMPOTENCY_KEY_HEADER;
-use crate::attempts::{CallContext, CallRun, Next, jitter_source};
+use crate::attempts::{CallContext, CallRun, Next, call_deadline, jitter_source};
 use crate::commit::AttemptProgress;
 use crate::transport::{TransportFailure, classify};
 
@@ -277,11 +277,7 @@ impl RetryExecutor {
         S: FnMut() -> SF,
         SF: Future<Output = Result<Resolution<R>, Status>>,
     {
-        let started = Instant::now();
-        let call_deadline = match (deadline, self.settings.call_timeout) {
-            (Some(a), Some(b)) => Some(started + a.min(b)),
-            (a, b) => a.or(b).map(|d| started + d),
-        };
+        let call_deadline = call_deadline(deadline, self.settings.call_timeout);
         let key_value: Option<AsciiMetadataValue> =
             match key {
                 Some(key) => Some(key.expose().parse().map_err(|_| {

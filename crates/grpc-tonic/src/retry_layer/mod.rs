@@ -29,7 +29,7 @@ use self::attempt::{
     grpc_timeout, parse_grpc_timeout, send,
 };
 use self::replay::RequestReplay;
-use crate::attempts::{CallContext, CallRun, Next, jitter_source};
+use crate::attempts::{CallContext, CallRun, Next, call_deadline, jitter_source};
 use crate::metrics::{CallCounts, ClientMetrics};
 use crate::{ExecutorStats, IDEMPOTENCY_KEY_HEADER};
 
@@ -396,15 +396,11 @@ impl Shared {
                 end => end.into_answer(),
             };
         };
-        let started = Instant::now();
         let callers = request
             .headers()
             .get(GRPC_TIMEOUT)
             .and_then(parse_grpc_timeout);
-        let deadline = match (callers, entry.timeout) {
-            (Some(a), Some(b)) => Some(started + a.min(b)),
-            (a, b) => a.or(b).map(|d| started + d),
-        };
+        let deadline = call_deadline(callers, entry.timeout);
         let class = self
             .catalog
             .get(&method)
