@@ -15,6 +15,19 @@ pub enum Defect {
     /// A takeover overwrites an expired claim without checking that it is still the version it
     /// read and still expired, so two takers of one expired claim can both win.
     UnfencedTakeover,
+    /// A takeover re-checks under the row lock that the lease is still expired and the row still
+    /// in progress, but not that it is the version it read, and hands out the read version + 1:
+    /// a taker that read before another's takeover, whose new lease then ran out, is handed the
+    /// same version.
+    TakeoverFencedOnLeaseOnly,
+    /// Claim reads, and inserts when it found nothing; an insert that meets a row (after waiting
+    /// for the unit that inserted it to commit) is answered `InFlight`, so a duplicate that waited
+    /// never replays.
+    InFlightOnUniqueViolation,
+    /// Purge deletes IN_PROGRESS rows whose lease has expired too.
+    PurgeInProgress,
+    /// A write waits for a lock on the whole table for as long as it is held.
+    UnboundedTableLockWait,
     /// A fresh claim starts at version 1 again, so a stalled owner of a purged row can complete
     /// the identity's next claim.
     RepeatingVersions,

@@ -1,4 +1,10 @@
 //! What an adapter's test provides to the suite.
+//!
+//! Three traits every fixture implements ([`LedgerFixture`], [`LedgerStore`], [`UnitOfWork`]), and
+//! three optional hooks ([`Migrations`], [`ConnectionKiller`], [`TableLocking`]) for what only some
+//! stores can do. A hook is offered by returning it from the fixture (`Some(self)`); a case that
+//! needs a hook the fixture does not offer is reported as not applicable, with why. Nothing here
+//! panics by default: there is no capability flag that could disagree with a missing hook.
 
 use std::time::Duration;
 
@@ -13,19 +19,15 @@ use grpc_core_api::{GrpcOperationLedger, LedgerError};
 #[derive(Debug, Clone, Copy)]
 #[non_exhaustive]
 pub struct Capabilities {
-    /// The bound a claim waits behind another unit's uncommitted claim before `InFlight`.
+    /// The bound a claim waits behind a lock (another unit's uncommitted claim, a lock on the
+    /// whole table) before it answers a retryable error. The cases allow it plus a few seconds.
     pub claim_wait: Duration,
     /// Writers run concurrently on separate connections. When false (SQLite has one writer), a
     /// unit that waited past the bound for the write lock may be refused with `Unavailable` or
     /// `InFlight`, which concurrency cases then accept as "not a winner".
     pub concurrent_writers: bool,
-    /// The fixture can kill a unit of work's connection in the middle of the unit.
-    pub kill_connection: bool,
     /// How many identities the concurrent-claims case races 32 claims on.
     pub concurrent_claim_identities: usize,
-    /// The store has a schema its fixture can create from nothing, and [`LedgerStore::migrate`]
-    /// applies the ledger's migrations on connections of their own, as a starting process does.
-    pub migrations: bool,
     /// Units of work may run on different primaries of a multi-primary cluster (Galera): a
     /// duplicate claim on another node does not wait behind the first, both units believe they
     /// claimed, and the store lets only the first to commit do so (the other's commit is a
@@ -34,15 +36,13 @@ pub struct Capabilities {
 }
 
 impl Capabilities {
-    /// A single-primary store with concurrent writers and migrations, whose fixture cannot kill a
-    /// connection, racing 50 identities; `claim_wait` is the bound its claims wait.
+    /// A single-primary store with concurrent writers, racing 50 identities; `claim_wait` is the
+    /// bound its claims wait.
     pub fn new(claim_wait: Duration) -> Self {
         Self {
             claim_wait,
             concurrent_writers: true,
-            kill_connection: false,
             concurrent_claim_identities: 50,
-            migrations: true,
             multi_primary: false,
         }
     }
@@ -53,21 +53,9 @@ impl Capabilities {
         self
     }
 
-    /// The fixture can kill a unit's connection from outside.
-    pub fn with_kill_connection(mut self) -> Self {
-        self.kill_connection = true;
-        self
-    }
-
     /// How many identities the concurrent-claims case races claims on.
     pub fn with_concurrent_claim_identities(mut self, identities: usize) -> Self {
         self.concurrent_claim_identities = identities;
-        self
-    }
-
-    /// No schema to create or migrate (an in-memory store).
-    pub fn without_migrations(mut self) -> Self {
-        self.migrations = false;
         self
     }
 
@@ -80,21 +68,37 @@ impl Capabilities {
 
 /// A ledger row as a support script, a backfill or a hand-written migration would write it,
 /// bypassing the adapter: what the store itself must refuse when it breaks the contract's rules.
+///
+/// [`LedgerStore::write_raw_row`] writes it under a new identity of its own choosing (any caller,
+/// method and key hash no case uses), with a request fingerprint, a version, a claim time and a
+/// lease of its own choosing, and the fields below exactly as given, whatever they hold: the
+/// point is to see whether the store refuses them. Store `state` verbatim as the state column's
+/// text (an adapter that stored states as numbers would have to turn `"1"` into its number, which
+/// is the defect the case looks for).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RawRow<'a> {
-    /// The stored state name.
+    /// The state column, verbatim: legal values are `IN_PROGRESS`, `COMMITTED` and
+    /// `FAILED_TERMINAL`, and the store must refuse any other text.
     pub state: &'a str,
-    /// Whether the row has a completion time.
+    /// Whether the row has a completion time (any time; the store must refuse a `COMMITTED` or
+    /// `FAILED_TERMINAL` row without one).
     pub completed: bool,
-    /// The outcome reference column.
+    /// The outcome reference column: a `COMMITTED` row must have one of 1 to 1024 bytes.
     pub outcome_reference: Option<&'a str>,
-    /// The failure code column.
+    /// The failure's gRPC status code: a `FAILED_TERMINAL` row must have one, 1 to 16 (never 0,
+    /// which is OK).
     pub failure_code: Option<i32>,
-    /// The failure message column.
+    /// The failure message: a `FAILED_TERMINAL` row must have one, of at most 1024 bytes (empty
+    /// is legal).
     pub failure_message: Option<&'a str>,
 }
 
 /// Hands out a fresh, empty store for each case.
+///
+/// The suite spawns each case on a task of its own and bounds it (two minutes); a fixture and its
+/// stores are shared with that task, so they are `Send + Sync + 'static`. Ports take `&self`: a
+/// driver whose connection executes on `&mut` (sqlx's `PgConnection`, a `Transaction`) is kept
+/// behind an async mutex (`tokio::sync::Mutex`) in the unit, locked for each statement.
 #[async_trait]
 pub trait LedgerFixture: Send + Sync {
     /// The store type.
@@ -103,10 +107,30 @@ pub trait LedgerFixture: Send + Sync {
     fn capabilities(&self) -> Capabilities;
     /// A fresh store with the ledger's schema and a business table, and nothing in them.
     async fn fresh_store(&self) -> Self::Store;
-    /// A fresh store without the ledger's schema (its migrations not applied). Called only when
-    /// the fixture declares [`Capabilities::migrations`]; the default panics.
-    async fn fresh_unmigrated_store(&self) -> Self::Store {
-        panic!("a fixture that declares `migrations` must implement `fresh_unmigrated_store`")
+    /// The migration hook, for stores with a schema to create (`Some(self)` when the fixture
+    /// implements [`Migrations`]); `None`, the default, makes the migration case not applicable.
+    fn migrations(&self) -> Option<&dyn Migrations<Store = Self::Store>> {
+        None
+    }
+    /// The hook that kills a unit's connection from outside; `None`, the default, makes the
+    /// killed-connection case not applicable.
+    fn connection_killer(
+        &self,
+    ) -> Option<&dyn ConnectionKiller<Unit = <Self::Store as LedgerStore>::Unit>> {
+        None
+    }
+    /// The hook that holds a lock on the whole ledger table; `None`, the default, makes the
+    /// table-lock case not applicable (say why in your adapter's docs: every store with a table
+    /// can express it).
+    fn table_locking(&self) -> Option<&dyn TableLocking<Store = Self::Store>> {
+        None
+    }
+    /// Called after every case, whatever its outcome (also after a failed or timed-out case),
+    /// with the case's name; bounded to 30 seconds. The place to drop databases or files the
+    /// case's stores used: an async cleanup here, rather than in a `Drop` that blocks at runtime
+    /// shutdown. The default does nothing.
+    async fn after_case(&self, case: &'static str) {
+        let _ = case;
     }
 }
 
@@ -115,7 +139,8 @@ pub trait LedgerFixture: Send + Sync {
 pub trait LedgerStore: Send + Sync {
     /// A unit of work on this store.
     type Unit: UnitOfWork + 'static;
-    /// Begins a unit of work on a connection of its own.
+    /// Begins a unit of work on a connection of its own, as the adapter's units of work do for
+    /// a server-side guard (the same isolation level, the same wait bounds).
     async fn begin(&self) -> Result<Self::Unit, LedgerError>;
     /// A ledger whose every call commits on its own (the claim-first mode), also used to
     /// inspect committed state.
@@ -125,14 +150,8 @@ pub trait LedgerStore: Send + Sync {
     /// How many committed ledger rows exist.
     async fn ledger_rows(&self) -> u64;
     /// Writes `row` under a new identity straight into the store, bypassing the adapter, and
-    /// says whether the store accepted it.
+    /// says whether the store accepted it (see [`RawRow`] for what each field must hold).
     async fn write_raw_row(&self, row: RawRow<'_>) -> bool;
-    /// Applies the ledger's migrations on a connection of its own, as a process starting up
-    /// does. Called only when the fixture declares [`Capabilities::migrations`]; the default
-    /// panics.
-    async fn migrate(&self) -> Result<(), LedgerError> {
-        panic!("a store whose fixture declares `migrations` must implement `migrate`")
-    }
 }
 
 /// A unit of work: the caller's transaction, with the ledger bound to it.
@@ -146,7 +165,45 @@ pub trait UnitOfWork: Send + Sync + Sized {
     async fn commit(self) -> Result<(), LedgerError>;
     /// Rolls the unit back.
     async fn rollback(self) -> Result<(), LedgerError>;
-    /// Kills the unit's connection from outside (only called when the store has the
-    /// `kill_connection` capability).
-    async fn kill_connection(&self);
+}
+
+/// Hook: stores with a schema, created and migrated by the adapter's migrations.
+#[async_trait]
+pub trait Migrations: Send + Sync {
+    /// The fixture's store type.
+    type Store: LedgerStore;
+    /// A fresh store without the ledger's schema (its migrations not applied).
+    async fn fresh_unmigrated_store(&self) -> Self::Store;
+    /// Applies the ledger's migrations to `store` on connections of their own, as a process
+    /// starting up does; the case runs sixteen at once.
+    async fn migrate(&self, store: &Self::Store) -> Result<(), LedgerError>;
+}
+
+/// Hook: ends a unit of work's connection from outside, as an operator or a failover would.
+#[async_trait]
+pub trait ConnectionKiller: Send + Sync {
+    /// The fixture's unit type.
+    type Unit: UnitOfWork;
+    /// Ends `unit`'s connection (its server session) from another connection; returns once it
+    /// is gone.
+    async fn kill_connection(&self, unit: &Self::Unit);
+}
+
+/// Hook: holds a lock on the whole ledger table, in a mode that conflicts with an insert, from a
+/// connection of its own, as DDL, `LOCK TABLE`, a non-concurrent index build or `VACUUM FULL`
+/// (PostgreSQL), `LOCK TABLES ... WRITE` or an `ALTER TABLE`'s metadata lock (MariaDB), or
+/// another connection's write transaction (SQLite) do.
+#[async_trait]
+pub trait TableLocking: Send + Sync {
+    /// The fixture's store type.
+    type Store: LedgerStore;
+    /// Takes the lock on `store`'s ledger table and returns once it is held.
+    async fn lock_ledger_table(&self, store: &Self::Store) -> Box<dyn HeldTableLock>;
+}
+
+/// A lock on the whole ledger table, held until released.
+#[async_trait]
+pub trait HeldTableLock: Send {
+    /// Releases the lock (ends the transaction or session that holds it).
+    async fn release(self: Box<Self>);
 }

@@ -19,10 +19,13 @@ use grpc_core_api::{
     OperationRecord, OperationState, OutcomeReference, RecordedFailure, RequestFingerprint,
     UnavailableKind, Version,
 };
-use tokio::sync::Notify;
+use tokio::sync::{Notify, OwnedRwLockWriteGuard, RwLock};
 
 use crate::broken::Defect;
-use crate::{Capabilities, LedgerFixture, LedgerStore, RawRow, UnitOfWork};
+use crate::{
+    Capabilities, ConnectionKiller, HeldTableLock, LedgerFixture, LedgerStore, RawRow, TableLocking,
+    UnitOfWork,
+};
 
 #[derive(Default)]
 struct Committed {
@@ -38,6 +41,9 @@ struct Shared {
     claim_wait: Duration,
     next_unit: AtomicU64,
     defect: Option<Defect>,
+    /// The whole table's lock: writes share it, and a [`TableLocking`] hook holds it alone, as
+    /// DDL or `LOCK TABLE` would.
+    table: Arc<RwLock<()>>,
 }
 
 impl Shared {
@@ -93,6 +99,7 @@ impl InMemoryStore {
                 claim_wait,
                 next_unit: AtomicU64::new(1),
                 defect,
+                table: Arc::default(),
             }),
         }
     }
@@ -215,6 +222,25 @@ enum Lock {
 }
 
 impl InMemoryOperationLedger {
+    /// Runs `op`, a write, once the table is not locked by anyone else, waiting at most the claim
+    /// wait; past it, `timed_out`.
+    async fn writing<T>(
+        &self,
+        timed_out: LedgerError,
+        op: impl Future<Output = Result<T, LedgerError>>,
+    ) -> Result<T, LedgerError> {
+        let table = self.shared.table.read();
+        let _shared = if self.shared.defect == Some(Defect::UnboundedTableLockWait) {
+            table.await
+        } else {
+            match tokio::time::timeout(self.shared.claim_wait, table).await {
+                Ok(guard) => guard,
+                Err(_) => return Err(timed_out),
+            }
+        };
+        op.await
+    }
+
     /// Runs `op` inside this ledger's unit, or inside a unit of its own that commits at once.
     async fn in_unit<T, F>(&self, op: F) -> Result<T, LedgerError>
     where
@@ -307,6 +333,22 @@ impl InMemoryOperationLedger {
             }
         };
         match self.shared.defect {
+            Some(Defect::InFlightOnUniqueViolation) if self.visible(unit, &key).is_none() => {
+                // Read found nothing, so insert; an insert that meets a row once its holder has
+                // committed is a unique violation, answered as if the holder were still busy.
+                if let Lock::TimedOut = self.lock(unit, &key).await {
+                    return Err(in_flight());
+                }
+                if self.visible(unit, &key).is_some() {
+                    return Err(in_flight());
+                }
+                let version = fresh_version();
+                unit.pending().rows.insert(key, fresh_row(version));
+                return Ok(ClaimOutcome::Claimed {
+                    version,
+                    took_over: false,
+                });
+            }
             Some(Defect::UpsertClaim) => {
                 let version = fresh_version();
                 unit.pending().rows.insert(key, fresh_row(version));
@@ -370,7 +412,10 @@ impl InMemoryOperationLedger {
             });
         }
         // Fenced takeover: lock the row, then update only if it is still the version we read.
-        let fenced = self.shared.defect != Some(Defect::UnfencedTakeover);
+        let fenced = !matches!(
+            self.shared.defect,
+            Some(Defect::UnfencedTakeover | Defect::TakeoverFencedOnLeaseOnly)
+        );
         if !fenced {
             // The round trip between a real store's read and its update, where another taker
             // gets in.
@@ -379,11 +424,13 @@ impl InMemoryOperationLedger {
         if let Lock::TimedOut = self.lock(unit, &key).await {
             return Err(in_flight());
         }
+        let still_ours = |current: &OperationRecord| match self.shared.defect {
+            Some(Defect::UnfencedTakeover) => true,
+            Some(Defect::TakeoverFencedOnLeaseOnly) => current.lease_expires_at <= SystemTime::now(),
+            _ => current.version == existing.version,
+        };
         match self.visible(unit, &key) {
-            Some(current)
-                if (!fenced || current.version == existing.version)
-                    && !current.state().is_terminal() =>
-            {
+            Some(current) if still_ours(&current) && !current.state().is_terminal() => {
                 let version = existing.version.next();
                 unit.pending().rows.insert(key, fresh_row(version));
                 Ok(ClaimOutcome::Claimed {
@@ -403,6 +450,23 @@ impl InMemoryOperationLedger {
                 "a claimed row vanished during a takeover",
             )),
         }
+    }
+
+    /// A transition in this ledger's unit, once the table is not locked by anyone else.
+    async fn transition(
+        &self,
+        identity: &GrpcOperationIdentity,
+        version: Version,
+        completion: Completion,
+    ) -> Result<Version, LedgerError> {
+        self.writing(
+            LedgerError::unavailable(UnavailableKind::Timeout),
+            self.in_unit(async |unit| {
+                self.transition_in(unit, identity, version, completion)
+                    .await
+            }),
+        )
+        .await
     }
 
     async fn transition_in(
@@ -445,8 +509,14 @@ impl GrpcOperationLedger for InMemoryOperationLedger {
         request: &RequestFingerprint,
         lease: LeaseDuration,
     ) -> Result<ClaimOutcome, LedgerError> {
-        self.in_unit(async |unit| self.claim_in(unit, identity, request, lease).await)
-            .await
+        let busy = LedgerError::InFlight {
+            retry_after: self.shared.claim_wait,
+        };
+        self.writing(
+            busy,
+            self.in_unit(async |unit| self.claim_in(unit, identity, request, lease).await),
+        )
+        .await
     }
 
     async fn mark_committed(
@@ -456,11 +526,7 @@ impl GrpcOperationLedger for InMemoryOperationLedger {
         outcome: &OutcomeReference,
     ) -> Result<Version, LedgerError> {
         let completion = Completion::Committed(outcome.clone());
-        self.in_unit(async |unit| {
-            self.transition_in(unit, identity, version, completion)
-                .await
-        })
-        .await
+        self.transition(identity, version, completion).await
     }
 
     async fn mark_failed(
@@ -470,11 +536,7 @@ impl GrpcOperationLedger for InMemoryOperationLedger {
         failure: &RecordedFailure,
     ) -> Result<Version, LedgerError> {
         let completion = Completion::Failed(failure.clone());
-        self.in_unit(async |unit| {
-            self.transition_in(unit, identity, version, completion)
-                .await
-        })
-        .await
+        self.transition(identity, version, completion).await
     }
 
     async fn find(
@@ -496,8 +558,14 @@ impl GrpcOperationLedger for InMemoryOperationLedger {
             .rows
             .iter()
             .filter(|(key, row)| {
-                row.completed_at().is_some_and(|at| at < completed_before)
-                    && !committed.locks.contains_key(*key)
+                let old = match row.completed_at() {
+                    Some(at) => at < completed_before,
+                    None if self.shared.defect == Some(Defect::PurgeInProgress) => {
+                        row.lease_expires_at < completed_before
+                    }
+                    None => false,
+                };
+                old && !committed.locks.contains_key(*key)
             })
             .map(|(key, _)| key.clone())
             .take(limit.get() as usize)
@@ -533,17 +601,50 @@ impl InMemoryFixture {
 impl LedgerFixture for InMemoryFixture {
     type Store = InMemoryStore;
 
+    /// Nothing to migrate: the double's schema is its types, so it offers no migration hook.
     fn capabilities(&self) -> Capabilities {
-        // Nothing to migrate: the double's schema is its types.
-        Capabilities::new(self.claim_wait)
-            .with_kill_connection()
-            .with_concurrent_claim_identities(200)
-            .without_migrations()
+        Capabilities::new(self.claim_wait).with_concurrent_claim_identities(200)
     }
 
     async fn fresh_store(&self) -> InMemoryStore {
         InMemoryStore::build(self.claim_wait, self.defect)
     }
+
+    fn connection_killer(&self) -> Option<&dyn ConnectionKiller<Unit = InMemoryUnit>> {
+        Some(self)
+    }
+
+    fn table_locking(&self) -> Option<&dyn TableLocking<Store = InMemoryStore>> {
+        Some(self)
+    }
+}
+
+#[async_trait]
+impl ConnectionKiller for InMemoryFixture {
+    type Unit = InMemoryUnit;
+
+    async fn kill_connection(&self, unit: &InMemoryUnit) {
+        unit.kill();
+    }
+}
+
+#[async_trait]
+impl TableLocking for InMemoryFixture {
+    type Store = InMemoryStore;
+
+    async fn lock_ledger_table(&self, store: &InMemoryStore) -> Box<dyn HeldTableLock> {
+        Box::new(HeldInMemoryTable(
+            Arc::clone(&store.shared.table).write_owned().await,
+        ))
+    }
+}
+
+/// The double's table, held alone until released.
+struct HeldInMemoryTable(#[allow(dead_code)] OwnedRwLockWriteGuard<()>);
+
+#[async_trait]
+impl HeldTableLock for HeldInMemoryTable {
+    async fn release(self: Box<Self>) {}
 }
 
 #[async_trait]
@@ -637,10 +738,6 @@ impl UnitOfWork for InMemoryUnit {
     async fn rollback(self) -> Result<(), LedgerError> {
         self.rollback_unit();
         Ok(())
-    }
-
-    async fn kill_connection(&self) {
-        self.kill();
     }
 }
 

@@ -50,8 +50,11 @@ mod in_memory;
 #[cfg(feature = "containers")]
 pub mod servers;
 
-pub use cases::{CASES, CaseOutcome, SuiteReport, not_applicable, run_all, run_report};
-pub use fixture::{Capabilities, LedgerFixture, LedgerStore, RawRow, UnitOfWork};
+pub use cases::{CASES, CaseOutcome, Rule, SuiteReport, not_applicable, run_all, run_report};
+pub use fixture::{
+    Capabilities, ConnectionKiller, HeldTableLock, LedgerFixture, LedgerStore, Migrations, RawRow,
+    TableLocking, UnitOfWork,
+};
 pub use in_memory::{InMemoryFixture, InMemoryOperationLedger, InMemoryStore, InMemoryUnit};
 
 /// The deliberately broken behaviours the suite's own tests use (feature `broken-doubles`); not

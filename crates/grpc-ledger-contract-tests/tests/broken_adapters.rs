@@ -5,7 +5,28 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use grpc_ledger_contract_tests::Defect;
-use grpc_ledger_contract_tests::{CASES, InMemoryFixture, run_report};
+use grpc_ledger_contract_tests::{CASES, InMemoryFixture, SuiteReport, run_report};
+
+/// The suite's report on the double with `defect`.
+async fn caught_for(defect: Defect) -> SuiteReport {
+    run_report(Arc::new(InMemoryFixture::with_defect(
+        Duration::from_millis(300),
+        defect,
+    )))
+    .await
+}
+
+/// Fails unless `case` failed in `report`, for rule `rule`.
+fn assert_caught_for(report: &SuiteReport, case: &str, rule: &str) {
+    let failures = report.failures();
+    let Some((_, why)) = failures.iter().find(|(failed, _)| *failed == case) else {
+        panic!("{case} did not catch it; caught by {failures:?}");
+    };
+    assert!(
+        why.contains(&format!("rule `{rule}`")),
+        "{case} caught it for another reason than `{rule}`: {why}"
+    );
+}
 
 async fn caught(defect: Defect) -> Vec<&'static str> {
     let fixture = Arc::new(InMemoryFixture::with_defect(
@@ -72,6 +93,95 @@ async fn the_suite_catches_versions_that_repeat_after_purge() {
     assert!(
         cases.contains(&"stale_owner_cannot_complete_a_claim_made_after_purge"),
         "a stale owner completing a fresh claim was not caught; caught by {cases:?}"
+    );
+}
+
+/// The first of the three defects an adapter written outside the repository got past the suite:
+/// the takeover's UPDATE re-checks the lease, not the version it read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_suite_catches_a_takeover_fenced_on_the_lease_only() {
+    let report = caught_for(Defect::TakeoverFencedOnLeaseOnly).await;
+    for expected in [
+        "contended_claims_never_hand_a_version_twice",
+        "contended_claims_in_units_never_hand_a_version_twice",
+    ] {
+        assert_caught_for(&report, expected, "one-owner-per-version");
+    }
+}
+
+/// The second: the takeover takes the new version from the row it read and is not conditional on
+/// it at all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_suite_catches_a_takeover_whose_version_comes_from_its_read() {
+    let report = caught_for(Defect::UnfencedTakeover).await;
+    for expected in [
+        "contended_claims_never_hand_a_version_twice",
+        "contended_claims_in_units_never_hand_a_version_twice",
+    ] {
+        assert_caught_for(&report, expected, "one-owner-per-version");
+    }
+}
+
+/// The third: read-then-insert, with the unique violation met after a wait answered InFlight.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_suite_catches_a_unique_violation_answered_in_flight() {
+    let report = caught_for(Defect::InFlightOnUniqueViolation).await;
+    assert_caught_for(
+        &report,
+        "duplicate_that_waited_replays_once_the_holder_commits",
+        "waiter-replays-the-commit",
+    );
+}
+
+/// A write that waits for a table lock as long as it is held fails its case quickly (the case
+/// bounds its own wait), not by the suite's two-minute timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_suite_catches_an_unbounded_wait_behind_a_table_lock() {
+    let started = std::time::Instant::now();
+    let report = caught_for(Defect::UnboundedTableLockWait).await;
+    assert_caught_for(
+        &report,
+        "claims_are_bounded_behind_a_table_lock",
+        "bounded-wait-behind-the-table",
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(100),
+        "the case waited for the suite's timeout instead of bounding its own wait"
+    );
+}
+
+/// Every case's failure names its rule, its step and (where there is one) the identity.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn failures_name_the_rule_the_step_and_the_identity() {
+    for defect in [
+        Defect::UpsertClaim,
+        Defect::ReadThenInsertClaim,
+        Defect::UnversionedTransition,
+        Defect::RepeatingVersions,
+    ] {
+        for (case, why) in caught_for(defect).await.failures() {
+            assert!(
+                why.starts_with("rule `") && why.contains("\n  step: ") && why.contains("expected: ")
+                    && why.contains("seen: "),
+                "{defect:?} in {case}: the message does not name rule, step, expected and seen: {why}"
+            );
+        }
+    }
+}
+
+/// A purge that deletes IN_PROGRESS rows is named as such, not as a wrong count.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_purge_of_in_progress_rows_is_named_as_such() {
+    let report = caught_for(Defect::PurgeInProgress).await;
+    let failures = report.failures();
+    let why = failures
+        .iter()
+        .find(|(case, _)| *case == "purge_deletes_only_old_finished_rows")
+        .map(|(_, why)| *why)
+        .unwrap_or_else(|| panic!("the purge case did not catch it: {failures:?}"));
+    assert!(
+        why.contains("purge-only-old-finished") && why.contains("IN_PROGRESS row"),
+        "{why}"
     );
 }
 

@@ -9,7 +9,10 @@ use grpc_core_api::{
     LedgerDurability, LedgerError, OperationRecord, OperationState, OutcomeReference,
     RecordOutcome, RecordedFailure, RequestFingerprint, Version, record_by_claim,
 };
-use sea_orm::{ConnectionTrait, DbBackend, QueryResult, Statement, Value};
+use sea_orm::{
+    ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbBackend, QueryResult, Statement,
+    TransactionOptions, Value,
+};
 
 use crate::error::{Phase, is_duplicate_key, map_db_err};
 use crate::sql::{Sql, Stmt};
@@ -36,16 +39,28 @@ enum Inserted {
 /// caller's unit of work, or `DatabaseConnection` / `&DatabaseConnection` for statements that
 /// commit on their own (the claim-first mode).
 ///
-/// It opens no transaction of its own. A duplicate claim waits behind an uncommitted one at most
-/// the claim wait ([`with_claim_wait`](Self::with_claim_wait), 2 s by default), which is also the
-/// retry delay its `InFlight` answer carries. On PostgreSQL the claim statement itself sets
-/// `lock_timeout` to it for the rest of the transaction, so it holds on any connection, behind
-/// any pooler; on SQLite the wait is the connection's busy timeout, set by
-/// [`open_sqlite`](crate::open_sqlite) from the same [`LedgerConfig`](crate::LedgerConfig).
+/// It opens no transaction of the caller's own statements. A claim waits for a lock (another
+/// unit's uncommitted claim of the same identity, a lock on the whole table) at most the claim
+/// wait ([`with_claim_wait`](Self::with_claim_wait), 2 s by default), which is also the retry
+/// delay its `InFlight` answer carries:
+///
+/// - On PostgreSQL, a unit of work begun by [`SeaOrmUnitsOfWork`](crate::SeaOrmUnitsOfWork) sets
+///   `lock_timeout` to it right after `BEGIN`; inside a transaction the caller began itself, the
+///   ledger sets it (`set_config(.., true)`, for the rest of that transaction) before its first
+///   claim; and on a pool (`DatabaseConnection`), where each write would otherwise be a
+///   transaction of its own that no setting reaches before its table lock, each write (claim,
+///   record, transition, purge) runs in a short transaction of its own that sets it first. The
+///   bound travels with the transaction, so it holds behind any pooler.
+/// - On MariaDB, every claim is prefixed with `SET STATEMENT max_statement_time`, which also
+///   ends a wait for a metadata lock.
+/// - On SQLite, the wait is the connection's busy timeout, set by
+///   [`open_sqlite`](crate::open_sqlite) from the same [`LedgerConfig`](crate::LedgerConfig).
 #[derive(Debug, Clone)]
 pub struct SeaOrmOperationLedger<C> {
     connection: C,
     claim_wait: Duration,
+    /// The transaction's `lock_timeout` was set when it began (PostgreSQL).
+    lock_wait_bounded: bool,
 }
 
 /// What a [`SeaOrmOperationLedger`] can run on: a borrowed connection or transaction
@@ -53,19 +68,19 @@ pub struct SeaOrmOperationLedger<C> {
 /// `Arc` of either) for a ledger that must be `'static`, as behind an `Arc<dyn GrpcOperationLedger>`.
 pub trait LedgerConnection: Send + Sync {
     /// The SeaORM connection type.
-    type Connection: ConnectionTrait + Send + Sync;
+    type Connection: ConnectionTrait + Send + Sync + 'static;
     /// The connection statements are sent on.
     fn connection(&self) -> &Self::Connection;
 }
 
-impl<T: ConnectionTrait + Send + Sync> LedgerConnection for &T {
+impl<T: ConnectionTrait + Send + Sync + 'static> LedgerConnection for &T {
     type Connection = T;
     fn connection(&self) -> &T {
         self
     }
 }
 
-impl<T: ConnectionTrait + Send + Sync> LedgerConnection for std::sync::Arc<T> {
+impl<T: ConnectionTrait + Send + Sync + 'static> LedgerConnection for std::sync::Arc<T> {
     type Connection = T;
     fn connection(&self) -> &T {
         self
@@ -88,6 +103,7 @@ where
         Self {
             connection,
             claim_wait: DEFAULT_CLAIM_WAIT,
+            lock_wait_bounded: false,
         }
     }
 
@@ -95,6 +111,71 @@ where
     pub fn with_claim_wait(mut self, claim_wait: Duration) -> Self {
         self.claim_wait = claim_wait;
         self
+    }
+
+    /// Says that the transaction's lock waits were bounded by the claim wait when it began.
+    pub(crate) fn lock_wait_bounded_by_unit(mut self) -> Self {
+        self.lock_wait_bounded = true;
+        self
+    }
+
+    /// The pool, when the ledger runs on a PostgreSQL pool rather than in a transaction: its
+    /// writes then need a transaction of their own to carry the lock wait's bound.
+    fn postgres_pool(&self) -> Option<&DatabaseConnection> {
+        if self.backend() != DbBackend::Postgres {
+            return None;
+        }
+        (self.connection() as &dyn std::any::Any).downcast_ref::<DatabaseConnection>()
+    }
+
+    /// Runs `write` on a ledger in a transaction of its own on `pool`, begun with the claim wait
+    /// as its lock timeout, and commits it; rolls it back when `write` fails.
+    async fn bounded_write<T>(
+        &self,
+        pool: &DatabaseConnection,
+        write: impl AsyncFnOnce(&SeaOrmOperationLedger<&DatabaseTransaction>) -> Result<T, LedgerError>,
+    ) -> Result<T, LedgerError> {
+        let txn = crate::units::begin_unit(
+            pool,
+            TransactionOptions::default(),
+            crate::Pooler::None,
+            Some(self.claim_wait),
+        )
+        .await
+        .map_err(|e| map_db_err(e, Phase::Other))?;
+        let ledger = SeaOrmOperationLedger::new(&txn)
+            .with_claim_wait(self.claim_wait)
+            .lock_wait_bounded_by_unit();
+        match write(&ledger).await {
+            Ok(value) => {
+                txn.commit()
+                    .await
+                    .map_err(|e| map_db_err(e, Phase::Other))?;
+                Ok(value)
+            }
+            Err(error) => {
+                let _ = txn.rollback().await;
+                Err(error)
+            }
+        }
+    }
+
+    /// In a PostgreSQL transaction the caller began, bounds its lock waits before the first
+    /// insert can wait for a table lock (see the type's docs).
+    async fn bound_lock_wait(&self) -> Result<(), LedgerError> {
+        if self.lock_wait_bounded || self.backend() != DbBackend::Postgres {
+            return Ok(());
+        }
+        let statement = Statement::from_sql_and_values(
+            DbBackend::Postgres,
+            "SELECT set_config('lock_timeout', $1, true)",
+            [format!("{}ms", self.claim_wait.as_millis().max(1)).into()],
+        );
+        self.connection()
+            .execute_raw(statement)
+            .await
+            .map(|_| ())
+            .map_err(|e| map_db_err(e, Phase::Other))
     }
 
     /// The connection the ledger runs on.
@@ -220,6 +301,24 @@ where
         version: Version,
         completion: &Completion,
     ) -> Result<Version, LedgerError> {
+        match self.postgres_pool() {
+            Some(pool) => {
+                self.bounded_write(pool, async |ledger| {
+                    ledger.transition_here(identity, version, completion).await
+                })
+                .await
+            }
+            None => self.transition_here(identity, version, completion).await,
+        }
+    }
+
+    /// The transition on this ledger's connection.
+    async fn transition_here(
+        &self,
+        identity: &GrpcOperationIdentity,
+        version: Version,
+        completion: &Completion,
+    ) -> Result<Version, LedgerError> {
         let sql = self.sql()?;
         let mut values = identity_values(identity);
         values.push(version.to_stored().into());
@@ -268,6 +367,14 @@ where
         request: &RequestFingerprint,
         lease: LeaseDuration,
     ) -> Result<ClaimOutcome, LedgerError> {
+        if let Some(pool) = self.postgres_pool() {
+            return self
+                .bounded_write(pool, async |ledger| {
+                    ledger.claim(identity, request, lease).await
+                })
+                .await;
+        }
+        self.bound_lock_wait().await?;
         let sql = self.sql()?;
         let phase = Phase::Claim {
             wait: self.claim_wait,
@@ -329,6 +436,16 @@ where
         lease: LeaseDuration,
         completion: &Completion,
     ) -> Result<RecordOutcome, LedgerError> {
+        if let Some(pool) = self.postgres_pool() {
+            return self
+                .bounded_write(pool, async |ledger| {
+                    ledger
+                        .record_finished(identity, request, lease, completion)
+                        .await
+                })
+                .await;
+        }
+        self.bound_lock_wait().await?;
         let sql = self.sql()?;
         let mut values = identity_values(identity);
         values.push(request.to_hex().into());
@@ -415,6 +532,11 @@ where
     }
 
     async fn purge(&self, retention: Duration, limit: NonZeroU32) -> Result<u64, LedgerError> {
+        if let Some(pool) = self.postgres_pool() {
+            return self
+                .bounded_write(pool, async |ledger| ledger.purge(retention, limit).await)
+                .await;
+        }
         let retention_ms = i64::try_from(retention.as_millis()).unwrap_or(i64::MAX);
         let values = vec![retention_ms.into(), i64::from(limit.get()).into()];
         self.execute(&self.sql()?.purge, values, Phase::Other).await

@@ -106,7 +106,7 @@ async fn migrate_once(
         sqlite_transaction_mode: Some(SqliteTransactionMode::Immediate),
         ..TransactionOptions::default()
     };
-    let txn = crate::units::begin_unit(db, options, pooler).await?;
+    let txn = crate::units::begin_unit(db, options, pooler, None).await?;
     match txn.get_database_backend() {
         DbBackend::Postgres => {
             txn.execute_unprepared(&format!(

@@ -59,7 +59,7 @@ impl LedgerUnitsOfWork for SeaOrmUnitsOfWork {
                 .then_some(IsolationLevel::ReadCommitted),
             ..TransactionOptions::default()
         };
-        begin_unit(&self.db, options, self.pooler)
+        begin_unit(&self.db, options, self.pooler, Some(self.claim_wait))
             .await
             .map_err(|e| map_db_err(e, Phase::Other))
     }
@@ -68,7 +68,11 @@ impl LedgerUnitsOfWork for SeaOrmUnitsOfWork {
         &self,
         transaction: &'t DatabaseTransaction,
     ) -> Box<dyn GrpcOperationLedger + 't> {
-        Box::new(SeaOrmOperationLedger::new(transaction).with_claim_wait(self.claim_wait))
+        Box::new(
+            SeaOrmOperationLedger::new(transaction)
+                .with_claim_wait(self.claim_wait)
+                .lock_wait_bounded_by_unit(),
+        )
     }
 
     async fn commit(&self, transaction: DatabaseTransaction) -> Result<(), LedgerError> {
@@ -95,10 +99,16 @@ impl LedgerUnitsOfWork for SeaOrmUnitsOfWork {
 /// statements they left there, so that a name this client's driver gives a statement cannot meet
 /// one of theirs (see [`Pooler::TransactionPooling`]). The pool caches no statement in that mode,
 /// so nothing of this client's is lost either.
+///
+/// On PostgreSQL, `lock_wait` bounds every lock wait of the transaction (`SET LOCAL
+/// lock_timeout`), sent right after `BEGIN`: a statement takes its lock on the table while it is
+/// parsed, before anything in it runs, so a bound set inside the claim statement itself cannot
+/// cut a wait for a lock on the whole table (DDL, `LOCK TABLE`, `VACUUM FULL`).
 pub(crate) async fn begin_unit(
     db: &DatabaseConnection,
     options: TransactionOptions,
     pooler: Pooler,
+    lock_wait: Option<Duration>,
 ) -> Result<DatabaseTransaction, DbErr> {
     // Begun in a task of its own, so that a caller dropped mid-way (a cancelled request) cannot
     // leave the server in a transaction the driver does not know it began: the next user of
@@ -108,14 +118,28 @@ pub(crate) async fn begin_unit(
     let transaction = tokio::spawn(async move { db.begin_with_options(options).await })
         .await
         .map_err(|error| DbErr::Custom(format!("beginning a unit of work: {error}")))??;
-    if pooler == Pooler::TransactionPooling
-        && transaction.get_database_backend() == DbBackend::Postgres
-    {
+    if transaction.get_database_backend() != DbBackend::Postgres {
+        return Ok(transaction);
+    }
+    let mut setup = Vec::new();
+    if pooler == Pooler::TransactionPooling {
+        setup.push("DEALLOCATE ALL".to_owned());
+    }
+    if let Some(wait) = lock_wait {
+        // A number of milliseconds from the configuration, never request data.
+        setup.push(lock_timeout_statement(wait));
+    }
+    if !setup.is_empty() {
         // The simple query protocol: one message, answered inside the transaction.
-        if let Err(error) = transaction.execute_unprepared("DEALLOCATE ALL").await {
+        if let Err(error) = transaction.execute_unprepared(&setup.join("; ")).await {
             let _ = transaction.rollback().await;
             return Err(error);
         }
     }
     Ok(transaction)
+}
+
+/// PostgreSQL's `SET LOCAL lock_timeout` to `wait` (at least 1 ms: 0 would mean no bound).
+pub(crate) fn lock_timeout_statement(wait: Duration) -> String {
+    format!("SET LOCAL lock_timeout = '{}ms'", wait.as_millis().max(1))
 }

@@ -2,8 +2,9 @@
 
 use super::*;
 
-/// 32 tasks claim one identity 30 times each with 1 ms leases, so takeovers race constantly: a
-/// claim that cannot settle is in flight, never an internal error.
+/// Rule [`Rule::ContentionIsRetryable`]: 32 tasks claim one identity 30 times each with 1 ms
+/// leases, so takeovers race constantly: a claim that cannot settle is in flight, never an
+/// internal error.
 pub async fn claims_under_contention_never_answer_internal<F: LedgerFixture>(fixture: &F) {
     let capabilities = fixture.capabilities();
     let store = Arc::new(fixture.fresh_store().await);
@@ -20,18 +21,25 @@ pub async fn claims_under_contention_never_answer_internal<F: LedgerFixture>(fix
             })
         })
         .collect();
+    let step = "32 tasks x 30 claims with 1 ms leases";
     let mut owners = 0;
     for task in tasks {
         for answer in task.await.expect("task") {
             match answer {
                 Ok(ClaimOutcome::Claimed { .. }) => owners += 1,
-                Ok(ClaimOutcome::InProgress { .. }) | Err(LedgerError::InFlight { .. }) => {}
-                Err(LedgerError::Unavailable { .. }) if !capabilities.concurrent_writers => {}
-                other => panic!("a contended claim must not answer {other:?}"),
+                ref other if losing_answer_allowed(other, &capabilities) => {}
+                other => at(Rule::ContentionIsRetryable, step, &id).fail(
+                    "Claimed, InProgress, InFlight or a retryable Unavailable",
+                    other,
+                ),
             }
         }
     }
-    assert!(owners >= 1, "nobody ever owned the contended identity");
+    at(Rule::ContentionIsRetryable, step, &id).check(
+        owners >= 1,
+        "at least one owner",
+        "nobody ever owned the contended identity",
+    );
 }
 
 /// What a handler does inside its unit of work: claim, business write, mark committed. The unit
@@ -39,41 +47,38 @@ pub async fn claims_under_contention_never_answer_internal<F: LedgerFixture>(fix
 async fn run_keyed_mutation<U: UnitOfWork>(unit: &U, id: &GrpcOperationIdentity, key: &str) {
     let ledger = unit.ledger();
     let version = claim_new(&*ledger, id, LONG).await;
-    unit.business_write(key).await.expect("business write");
-    ledger
-        .mark_committed(id, version, &outcome(key))
-        .await
-        .expect("mark committed");
+    let at = at(Rule::NoTransactionOfItsOwn, "claim, business write, mark committed in a unit", id);
+    expect_ok(unit.business_write(key).await, at);
+    expect_ok(ledger.mark_committed(id, version, &outcome(key)).await, at);
 }
 
-/// A unit of work that claims, writes and rolls back leaves neither; committed, both stay.
+/// Rule [`Rule::NoTransactionOfItsOwn`]: a unit of work that claims, writes and rolls back leaves
+/// neither; committed, both stay.
 pub async fn co_commit_rolls_back_and_commits_together<F: LedgerFixture>(fixture: &F) {
     let store = fixture.fresh_store().await;
     let id = identity("tenant-a", CREATE, "co-commit");
-    let unit = store.begin().await.expect("begin");
+    let unit = expect_ok(store.begin().await, at(Rule::NoTransactionOfItsOwn, "begin", &id));
     run_keyed_mutation(&unit, &id, "co-commit").await;
-    unit.rollback().await.expect("rollback");
-    assert_eq!(
-        store.autocommit().find(&id).await.expect("find"),
-        None,
-        "claim rolled back"
+    expect_ok(
+        unit.rollback().await,
+        at(Rule::NoTransactionOfItsOwn, "roll back", &id),
     );
-    assert_eq!(
-        store.business_rows("co-commit").await,
-        0,
-        "write rolled back"
-    );
+    let step = "look for the claim and the write after the rollback";
+    at(Rule::NoTransactionOfItsOwn, step, &id).eq(store.autocommit().find(&id).await, Ok(None));
+    at(Rule::NoTransactionOfItsOwn, step, &id).eq(store.business_rows("co-commit").await, 0);
 
-    let unit = store.begin().await.expect("begin");
+    let unit = expect_ok(store.begin().await, at(Rule::NoTransactionOfItsOwn, "begin", &id));
     run_keyed_mutation(&unit, &id, "co-commit").await;
-    unit.commit().await.expect("commit");
+    expect_ok(unit.commit().await, at(Rule::NoTransactionOfItsOwn, "commit", &id));
     let record = stored(&store, &id).await;
-    assert_eq!(record.state(), OperationState::Committed);
-    assert_eq!(store.business_rows("co-commit").await, 1);
+    let step = "read the claim and the write after the commit";
+    at(Rule::NoTransactionOfItsOwn, step, &id).eq(record.state(), OperationState::Committed);
+    at(Rule::NoTransactionOfItsOwn, step, &id).eq(store.business_rows("co-commit").await, 1);
 }
 
-/// 32 units on separate connections claim one identity at once, over many identities: exactly
-/// one owns it; the others replay, are told it is in progress, or time out as in flight.
+/// Rule [`Rule::OneOwnerPerIdentity`]: 32 units on separate connections claim one identity at
+/// once, over many identities: exactly one owns it; the others replay, are told it is in
+/// progress, or time out as in flight.
 pub async fn concurrent_claims_have_exactly_one_owner<F: LedgerFixture>(fixture: &F) {
     let capabilities = fixture.capabilities();
     let store = Arc::new(fixture.fresh_store().await);
@@ -99,39 +104,31 @@ pub async fn concurrent_claims_have_exactly_one_owner<F: LedgerFixture>(fixture:
                 })
             })
             .collect();
+        let step = "32 units claim a new identity at once";
         let mut owners = 0;
         for task in tasks {
-            match task.await.expect("task") {
-                Ok(Ok(ClaimOutcome::Claimed { .. })) => owners += 1,
-                Ok(Ok(ClaimOutcome::Completed(record))) => {
-                    assert_eq!(record.outcome_reference(), Some(&outcome(&key)))
-                }
-                Ok(Ok(ClaimOutcome::InProgress { .. })) | Ok(Err(LedgerError::InFlight { .. })) => {
-                }
-                Ok(Err(LedgerError::Unavailable { .. })) | Err(LedgerError::Unavailable { .. })
-                    if !capabilities.concurrent_writers => {}
-                // A racing unit ended by the store (a deadlock, a certification conflict between
-                // primaries): retryable, and not an owner.
-                Ok(Err(LedgerError::Unavailable {
-                    kind: UnavailableKind::SerializationFailure,
-                }))
-                | Err(LedgerError::Unavailable {
-                    kind: UnavailableKind::SerializationFailure,
-                }) => {}
-                other => panic!("unexpected answer to a concurrent claim: {other:?}"),
+            let answer = task.await.expect("task").and_then(|answer| answer);
+            match answer {
+                Ok(ClaimOutcome::Claimed { .. }) => owners += 1,
+                Ok(ClaimOutcome::Completed(record)) => at(Rule::ClaimReplays, step, &id).eq(
+                    record.outcome_reference(),
+                    Some(&outcome(&key)),
+                ),
+                ref other if losing_answer_allowed(other, &capabilities) => {}
+                other => at(Rule::ContentionIsRetryable, step, &id).fail(
+                    "Claimed, Completed, InProgress, InFlight or a retryable error",
+                    other,
+                ),
             }
         }
-        assert_eq!(owners, 1, "identity {key} had {owners} owners");
-        assert_eq!(
-            store.business_rows(&key).await,
-            1,
-            "identity {key} ran once"
-        );
+        at(Rule::OneOwnerPerIdentity, step, &id).eq(owners, 1);
+        at(Rule::OneOwnerPerIdentity, "count the business rows", &id)
+            .eq(store.business_rows(&key).await, 1);
     }
 }
 
-/// 32 units race to complete one claim: exactly one wins (a transition is one UPDATE conditional
-/// on state and version: ADR 0002).
+/// Rule [`Rule::OneTransitionWins`]: 32 units race to complete one claim: exactly one wins (a
+/// transition is one UPDATE conditional on state and version: ADR 0002).
 pub async fn concurrent_transitions_have_exactly_one_winner<F: LedgerFixture>(fixture: &F) {
     let capabilities = fixture.capabilities();
     let store = Arc::new(fixture.fresh_store().await);
@@ -158,36 +155,45 @@ pub async fn concurrent_transitions_have_exactly_one_winner<F: LedgerFixture>(fi
             })
         })
         .collect();
+    let step = "32 units finish one claim at once";
     let mut winners = Vec::new();
     for task in tasks {
-        match task.await.expect("task") {
-            Ok(Ok(i)) => winners.push(i),
-            Ok(Err(LedgerError::AlreadyCompleted { .. })) => {}
-            Ok(Err(LedgerError::Unavailable { .. })) | Err(LedgerError::Unavailable { .. })
-                if !capabilities.concurrent_writers => {}
-            Ok(Err(LedgerError::Unavailable {
-                kind: UnavailableKind::SerializationFailure,
-            }))
-            | Err(LedgerError::Unavailable {
+        let answer = task.await.expect("task").and_then(|answer| answer);
+        match answer {
+            Ok(i) => winners.push(i),
+            Err(LedgerError::AlreadyCompleted { .. }) => {}
+            Err(LedgerError::Unavailable { .. }) if !capabilities.concurrent_writers => {}
+            Err(LedgerError::Unavailable {
                 kind: UnavailableKind::SerializationFailure,
             }) => {}
-            other => panic!("unexpected answer to a racing transition: {other:?}"),
+            other => at(Rule::OneTransitionWins, step, &id).fail(
+                "Ok, AlreadyCompleted or a retryable error",
+                other,
+            ),
         }
     }
-    assert_eq!(winners.len(), 1, "winners: {winners:?}");
+    at(Rule::OneTransitionWins, step, &id).check(
+        winners.len() == 1,
+        "exactly one winner",
+        format_args!("winners {winners:?}"),
+    );
     let record = stored(&*store, &id).await;
-    assert_eq!(record.version, version.next());
+    at(Rule::TransitionRecords, "read the row after the race", &id).eq(record.version, version.next());
 }
 
-/// A duplicate behind another unit's uncommitted claim answers `InFlight` within the bound (on a
-/// single-writer store, whose units wait for the write lock when they begin, `Unavailable`: the
-/// store is busy); after the first unit commits, a duplicate replays.
+/// Rule [`Rule::BoundedWaitBehindAClaim`]: a duplicate behind another unit's uncommitted claim
+/// answers `InFlight` within the bound (on a single-writer store, whose units wait for the write
+/// lock when they begin, `Unavailable`: the store is busy); after the first unit commits, a
+/// duplicate replays.
 pub async fn duplicate_behind_uncommitted_claim_is_in_flight<F: LedgerFixture>(fixture: &F) {
     let capabilities = fixture.capabilities();
     let bound = capabilities.claim_wait;
     let store = fixture.fresh_store().await;
     let id = identity("tenant-a", CREATE, "blocked");
-    let holder = store.begin().await.expect("begin");
+    let holder = expect_ok(
+        store.begin().await,
+        at(Rule::BoundedWaitBehindAClaim, "begin the holder's unit", &id),
+    );
     let version = claim_new(&*holder.ledger(), &id, LONG).await;
     let started = Instant::now();
     let waiter = store.begin().await;
@@ -211,35 +217,36 @@ pub async fn duplicate_behind_uncommitted_claim_is_in_flight<F: LedgerFixture>(f
         Err(error) => Err(error),
     };
     let waited = started.elapsed();
+    let step = "claim behind another unit's uncommitted claim";
     let busy = LedgerError::unavailable(UnavailableKind::StoreBusy);
-    assert!(
+    at(Rule::BoundedWaitBehindAClaim, step, &id).check(
         matches!(answer, Err(LedgerError::InFlight { .. }))
             || (!capabilities.concurrent_writers && answer == Err(busy)),
-        "a blocked duplicate must answer InFlight, got {answer:?}"
+        "Err(InFlight)",
+        &answer,
     );
-    assert!(
+    at(Rule::BoundedWaitBehindAClaim, step, &id).check(
         waited >= bound.mul_f64(0.5),
-        "answered after {waited:?}, before the bound {bound:?}"
+        format_args!("an answer after waiting about the bound, {bound:?}"),
+        format_args!("an answer after {waited:?}"),
     );
-    assert!(
+    at(Rule::BoundedWaitBehindAClaim, step, &id).check(
         waited < bound + Duration::from_secs(3),
-        "waited {waited:?} past the bound {bound:?}"
+        format_args!("an answer within the bound, {bound:?}"),
+        format_args!("an answer after {waited:?}"),
     );
 
-    holder
-        .ledger()
-        .mark_committed(&id, version, &outcome("first"))
-        .await
-        .expect("commit");
-    holder.commit().await.expect("commit");
-    let replay = store
-        .autocommit()
-        .claim(&id, &request("x"), lease(LONG))
-        .await
-        .expect("claim");
-    assert!(
-        matches!(replay, ClaimOutcome::Completed(_)),
-        "after commit a duplicate replays"
+    let committed = holder.ledger().mark_committed(&id, version, &outcome("first")).await;
+    expect_ok(committed, at(Rule::TransitionRecords, "the holder commits its claim", &id));
+    expect_ok(
+        holder.commit().await,
+        at(Rule::NoTransactionOfItsOwn, "the holder commits its unit", &id),
+    );
+    let replay = store.autocommit().claim(&id, &request("x"), lease(LONG)).await;
+    at(Rule::ClaimReplays, "claim again after the holder committed", &id).check(
+        matches!(replay, Ok(ClaimOutcome::Completed(_))),
+        "Ok(Completed(record))",
+        replay,
     );
 }
 
@@ -253,12 +260,10 @@ async fn first_commit_wins<S: LedgerStore>(
     rival: S::Unit,
 ) {
     let id = identity("tenant-a", CREATE, "blocked");
-    holder
-        .ledger()
-        .mark_committed(&id, holder_version, &outcome("first"))
-        .await
-        .expect("the holder completes");
-    holder.commit().await.expect("the holder commits first");
+    let at_holder = at(Rule::OneOwnerPerIdentity, "the holder on the first primary finishes", &id);
+    let marked = holder.ledger().mark_committed(&id, holder_version, &outcome("first")).await;
+    expect_ok(marked, at_holder);
+    expect_ok(holder.commit().await, at_holder);
     // The store may tell the rival at its next statement or only at its commit.
     let found = rival.ledger().find(&id).await;
     let marked = match found {
@@ -267,7 +272,8 @@ async fn first_commit_wins<S: LedgerStore>(
             .mark_committed(&id, record.version, &outcome("second"))
             .await
             .map(|_| ()),
-        Ok(None) => panic!("the rival's own claim is invisible to it"),
+        Ok(None) => at(Rule::NoTransactionOfItsOwn, "the rival reads its own claim", &id)
+            .fail("Ok(Some(record))", Ok::<_, LedgerError>(None::<OperationRecord>)),
         Err(error) => Err(error),
     };
     let committed = match marked {
@@ -277,50 +283,58 @@ async fn first_commit_wins<S: LedgerStore>(
             Err(error)
         }
     };
-    assert_eq!(
+    at(Rule::OneOwnerPerIdentity, "the rival on another primary commits second", &id).eq(
         committed,
         Err(LedgerError::unavailable(
-            UnavailableKind::SerializationFailure
+            UnavailableKind::SerializationFailure,
         )),
-        "a second owner on another primary must not commit"
     );
     let record = replayed(&*store.autocommit(), &id, "x").await;
-    assert_eq!(record.outcome_reference(), Some(&outcome("first")));
+    at(Rule::ClaimReplays, "claim again after both committed", &id)
+        .eq(record.outcome_reference(), Some(&outcome("first")));
 }
 
-/// A unit's connection killed mid-way: nothing half-written, `Unavailable`, and a retry on a new
-/// connection succeeds. Runs only on stores with the `kill_connection` capability.
+/// Rule [`Rule::LostConnectionIsUnavailable`]: a unit's connection killed mid-way: nothing
+/// half-written, `Unavailable`, and a retry on a new connection succeeds. Needs the fixture's
+/// [`ConnectionKiller`](crate::ConnectionKiller) hook.
 pub async fn killed_connection_is_unavailable_and_retry_succeeds<F: LedgerFixture>(fixture: &F) {
-    if !applies(
-        "killed_connection_is_unavailable_and_retry_succeeds",
-        &fixture.capabilities(),
-    ) {
+    let Some(killer) = fixture.connection_killer() else {
         return;
-    }
+    };
     let store = fixture.fresh_store().await;
     let id = identity("tenant-a", CREATE, "killed");
-    let unit = store.begin().await.expect("begin");
+    let unit = expect_ok(store.begin().await, at(Rule::LostConnectionIsUnavailable, "begin", &id));
     let version = claim_new(&*unit.ledger(), &id, LONG).await;
-    unit.business_write("killed").await.expect("business write");
-    unit.kill_connection().await;
+    expect_ok(
+        unit.business_write("killed").await,
+        at(Rule::LostConnectionIsUnavailable, "business write", &id),
+    );
+    killer.kill_connection(&unit).await;
     let answer = unit
         .ledger()
         .mark_committed(&id, version, &outcome("p"))
         .await;
-    assert!(
+    let step = "mark committed on the killed connection";
+    at(Rule::LostConnectionIsUnavailable, step, &id).check(
         matches!(answer, Err(LedgerError::Unavailable { .. })),
-        "a killed connection must answer Unavailable, got {answer:?}"
+        "Err(Unavailable)",
+        answer,
     );
     let _ = unit.rollback().await;
-    assert_eq!(
-        store.autocommit().find(&id).await.expect("find"),
-        None,
-        "nothing half-written"
-    );
-    assert_eq!(store.business_rows("killed").await, 0);
+    let step = "look for the claim and the write after the kill";
+    at(Rule::LostConnectionIsUnavailable, step, &id)
+        .eq(store.autocommit().find(&id).await, Ok(None));
+    at(Rule::LostConnectionIsUnavailable, step, &id).eq(store.business_rows("killed").await, 0);
 
-    let retry = store.begin().await.expect("begin");
+    let retry = expect_ok(
+        store.begin().await,
+        at(Rule::LostConnectionIsUnavailable, "begin the retry", &id),
+    );
     run_keyed_mutation(&retry, &id, "killed").await;
-    retry.commit().await.expect("commit");
-    assert_eq!(store.business_rows("killed").await, 1);
+    expect_ok(
+        retry.commit().await,
+        at(Rule::LostConnectionIsUnavailable, "commit the retry", &id),
+    );
+    at(Rule::LostConnectionIsUnavailable, "count the business rows after the retry", &id)
+        .eq(store.business_rows("killed").await, 1);
 }

@@ -1,8 +1,11 @@
 //! The contract's cases, one public async function each. Every case begins with a fresh store.
-//! A case fails by panicking with a message that says which rule was broken.
+//! A case fails by panicking with a message that names the [`Rule`] it saw broken, the step it
+//! was at, the identity, and what it expected against what it saw.
 
+use std::collections::HashMap;
+use std::fmt::{Debug, Display};
 use std::num::NonZeroU32;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use grpc_core_api::{
@@ -18,24 +21,114 @@ use crate::{Capabilities, LedgerFixture, LedgerStore, RawRow, UnitOfWork};
 
 mod claims;
 mod concurrency;
+mod ownership;
+mod rules;
 mod store;
 mod transitions;
 mod write_once;
 
 pub use claims::*;
 pub use concurrency::*;
+pub use ownership::*;
+pub use rules::Rule;
 pub use store::*;
 pub use transitions::*;
 pub use write_once::*;
 
 const CREATE: &str = "/payments.v1.Payments/CreatePayment";
 
+/// The key each identity the cases made was built from, by key hash, so that a failure can say
+/// which operation it was about in the case's own words.
+fn key_labels() -> &'static Mutex<HashMap<String, String>> {
+    static LABELS: std::sync::OnceLock<Mutex<HashMap<String, String>>> =
+        std::sync::OnceLock::new();
+    LABELS.get_or_init(Mutex::default)
+}
+
 fn identity(caller: &str, method: &str, key: &str) -> GrpcOperationIdentity {
+    let hash = KeyHasher::Sha256.hash(&IdempotencyKey::parse(key).expect("valid key"));
+    key_labels()
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+        .insert(hash.to_hex(), key.to_owned());
     GrpcOperationIdentity::new(
         CallerFingerprint::parse(caller).expect("valid caller"),
         GrpcMethod::parse(method).expect("valid method"),
-        KeyHasher::Sha256.hash(&IdempotencyKey::parse(key).expect("valid key")),
+        hash,
     )
+}
+
+/// An identity as a failure message names it: caller, method, and the case's key.
+fn describe(id: &GrpcOperationIdentity) -> String {
+    let hash = id.key_hash().to_hex();
+    let key = key_labels()
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+        .get(&hash)
+        .cloned()
+        .unwrap_or_else(|| format!("hash {}...", &hash[..12]));
+    format!(
+        "caller {}, method {}, key {key:?}",
+        id.caller().as_str(),
+        id.method().as_str()
+    )
+}
+
+/// Where a case is: the rule it checks, the step it is at, and the identity it is about.
+#[derive(Clone, Copy)]
+struct At<'a> {
+    rule: Rule,
+    step: &'a str,
+    id: Option<&'a GrpcOperationIdentity>,
+}
+
+/// The rule `rule`, checked at `step` on `id`.
+fn at<'a>(rule: Rule, step: &'a str, id: &'a GrpcOperationIdentity) -> At<'a> {
+    At {
+        rule,
+        step,
+        id: Some(id),
+    }
+}
+
+/// The rule `rule`, checked at `step` on no single identity.
+fn at_store(rule: Rule, step: &str) -> At<'_> {
+    At {
+        rule,
+        step,
+        id: None,
+    }
+}
+
+impl At<'_> {
+    /// Fails the case: the rule broke here, `expected` against `seen`.
+    #[track_caller]
+    fn fail(self, expected: impl Display, seen: impl Debug) -> ! {
+        let identity = self
+            .id
+            .map(|id| format!("\n  identity: {}", describe(id)))
+            .unwrap_or_default();
+        panic!(
+            "rule {} broken\n  step: {}{identity}\n  expected: {expected}\n  seen: {seen:?}",
+            self.rule, self.step
+        )
+    }
+
+    /// Fails the case unless `seen == expected`.
+    #[track_caller]
+    fn eq<T: PartialEq + Debug>(self, seen: T, expected: T) {
+        if seen != expected {
+            self.fail(format_args!("{expected:?}"), seen)
+        }
+    }
+
+    /// Fails the case unless `holds`; `expected` says what should have held.
+    #[track_caller]
+    fn check(self, holds: bool, expected: impl Display, seen: impl Debug) {
+        if !holds {
+            self.fail(expected, seen)
+        }
+    }
 }
 
 fn request(body: &str) -> RequestFingerprint {
@@ -62,12 +155,16 @@ async fn claim_new(
     id: &GrpcOperationIdentity,
     lease_millis: u64,
 ) -> Version {
-    match ledger.claim(id, &request("x"), lease(lease_millis)).await {
+    let answer = ledger.claim(id, &request("x"), lease(lease_millis)).await;
+    match answer {
         Ok(ClaimOutcome::Claimed {
             version,
             took_over: false,
         }) => version,
-        other => panic!("a claim of a new identity must own it, got {other:?}"),
+        other => at(Rule::ClaimNew, "claim an identity that has no row", id).fail(
+            "Ok(Claimed { version, took_over: false })",
+            other,
+        ),
     }
 }
 
@@ -78,10 +175,26 @@ async fn claim_and_commit(
     reference: &str,
 ) -> Version {
     let version = claim_new(ledger, id, LONG).await;
-    ledger
-        .mark_committed(id, version, &outcome(reference))
-        .await
-        .expect("the owner commits")
+    let committed = ledger.mark_committed(id, version, &outcome(reference)).await;
+    match committed {
+        Ok(next) => next,
+        Err(error) => at(
+            Rule::TransitionRecords,
+            "the owner marks its own claim committed",
+            id,
+        )
+        .fail("Ok(version + 1)", Err::<Version, _>(error)),
+    }
+}
+
+/// Unwraps a call the case needs to go on, failing it with `rule` and `step` when the store
+/// answered an error.
+#[track_caller]
+fn expect_ok<T>(result: Result<T, LedgerError>, at: At<'_>) -> T {
+    match result {
+        Ok(value) => value,
+        Err(error) => at.fail("Ok(..)", Err::<(), _>(error)),
+    }
 }
 
 /// How one case ended on one store.
@@ -124,6 +237,45 @@ impl SuiteReport {
     }
 }
 
+/// Whether `answer` to a racing claim is one of the answers the contract allows a claim that
+/// did not win (besides `Claimed` and `Completed`, which the caller handles).
+fn losing_answer_allowed(answer: &Result<ClaimOutcome, LedgerError>, caps: &Capabilities) -> bool {
+    match answer {
+        Ok(ClaimOutcome::InProgress { .. }) | Err(LedgerError::InFlight { .. }) => true,
+        Err(LedgerError::Unavailable {
+            kind: UnavailableKind::SerializationFailure,
+        }) => true,
+        Err(LedgerError::Unavailable { .. }) => !caps.concurrent_writers,
+        _ => false,
+    }
+}
+
+/// Runs `futures` concurrently on the current task and returns their outputs in order (for hooks
+/// that borrow the fixture, which cannot move to tasks of their own).
+async fn join_all<T, Fut: std::future::Future<Output = T>>(
+    futures: impl IntoIterator<Item = Fut>,
+) -> Vec<T> {
+    let mut pending: Vec<_> = futures.into_iter().map(|f| Some(Box::pin(f))).collect();
+    let mut outputs: Vec<Option<T>> = pending.iter().map(|_| None).collect();
+    std::future::poll_fn(|cx| {
+        for (slot, output) in pending.iter_mut().zip(outputs.iter_mut()) {
+            if let Some(future) = slot
+                && let std::task::Poll::Ready(value) = future.as_mut().poll(cx)
+            {
+                *output = Some(value);
+                *slot = None;
+            }
+        }
+        if pending.iter().all(Option::is_none) {
+            std::task::Poll::Ready(())
+        } else {
+            std::task::Poll::Pending
+        }
+    })
+    .await;
+    outputs.into_iter().flatten().collect()
+}
+
 /// Claims `id` again (with request `body`) and expects the finished record back: a replay.
 async fn replayed(
     ledger: &dyn GrpcOperationLedger,
@@ -132,18 +284,27 @@ async fn replayed(
 ) -> OperationRecord {
     match ledger.claim(id, &request(body), lease(LONG)).await {
         Ok(ClaimOutcome::Completed(record)) => record,
-        other => panic!("a claim of a finished operation must replay it, got {other:?}"),
+        other => at(
+            Rule::ClaimReplays,
+            "claim a finished operation again with the same request",
+            id,
+        )
+        .fail("Ok(Completed(record))", other),
     }
 }
 
-/// The row of `id`, read outside any unit of work; the case fails if there is none.
+/// The row of `id`, read outside any unit of work; the case fails (under `rule`) if there is none.
 async fn stored<S: LedgerStore>(store: &S, id: &GrpcOperationIdentity) -> OperationRecord {
-    store
-        .autocommit()
-        .find(id)
-        .await
-        .expect("find")
-        .expect("the operation has a row")
+    let found = store.autocommit().find(id).await;
+    match found {
+        Ok(Some(record)) => record,
+        other => at(
+            Rule::ClaimNew,
+            "read the operation's row back with `find`",
+            id,
+        )
+        .fail("Ok(Some(record))", other),
+    }
 }
 
 /// A committed completion with `reference` as its outcome.
@@ -151,31 +312,86 @@ fn done(reference: &str) -> Completion {
     Completion::Committed(outcome(reference))
 }
 
-/// Why `case` cannot run on a store with `capabilities`, or `None` when it can.
-pub fn not_applicable(case: &str, capabilities: &Capabilities) -> Option<&'static str> {
+/// Why `case` cannot run with `fixture`, or `None` when it can: a case that needs a hook the
+/// fixture does not offer (see [`LedgerFixture::migrations`] and the others).
+pub fn not_applicable<F: LedgerFixture>(case: &str, fixture: &F) -> Option<&'static str> {
     match case {
-        "killed_connection_is_unavailable_and_retry_succeeds" if !capabilities.kill_connection => {
-            Some("the store cannot kill a unit of work's connection from outside")
+        "killed_connection_is_unavailable_and_retry_succeeds"
+            if fixture.connection_killer().is_none() =>
+        {
+            Some("the fixture offers no connection killer (LedgerFixture::connection_killer)")
         }
-        "concurrent_starts_migrate_once" if !capabilities.migrations => {
-            Some("the store has no schema to migrate")
+        "concurrent_starts_migrate_once" if fixture.migrations().is_none() => {
+            Some("the fixture offers no migrations (LedgerFixture::migrations)")
+        }
+        "claims_are_bounded_behind_a_table_lock" if fixture.table_locking().is_none() => {
+            Some("the fixture cannot lock the ledger table (LedgerFixture::table_locking)")
         }
         _ => None,
     }
 }
 
-/// Whether `case` applies; when it does not, says so on the test output, past the test
-/// harness's capture, so that a case that did not run is never mistaken for one that passed.
-fn applies(case: &str, capabilities: &Capabilities) -> bool {
-    let Some(why) = not_applicable(case, capabilities) else {
-        return true;
-    };
+/// Says on the test output, past the test harness's capture, that `case` did not run and why,
+/// so that a case that did not run is never mistaken for one that passed.
+fn say_not_applicable(case: &str, why: &str) {
     let mut out = std::io::stdout().lock();
     let _ = writeln!(
         out,
         "contract case `{case}`: NOT APPLICABLE to this store: {why}"
     );
-    false
+}
+
+/// How long a case may run before it fails as timed out: every wait in the suite is bounded.
+pub const CASE_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// How long [`LedgerFixture::after_case`] may take.
+pub const AFTER_CASE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Runs `case` (named `name`) on its own task, bounded by [`CASE_TIMEOUT`], then the fixture's
+/// [`LedgerFixture::after_case`], bounded too, and says how the case ended. For
+/// [`ledger_contract_tests!`](crate::ledger_contract_tests) and [`run_report`].
+#[doc(hidden)]
+pub async fn run_case<F, C, Fut>(name: &'static str, fixture: Arc<F>, case: C) -> CaseOutcome
+where
+    F: LedgerFixture + 'static,
+    C: FnOnce(Arc<F>) -> Fut,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    if let Some(why) = not_applicable(name, &*fixture) {
+        return CaseOutcome::NotApplicable(why);
+    }
+    let mut task = tokio::spawn(case(Arc::clone(&fixture)));
+    let outcome = match tokio::time::timeout(CASE_TIMEOUT, &mut task).await {
+        Ok(Ok(())) => CaseOutcome::Passed,
+        Ok(Err(error)) => CaseOutcome::Failed(panic_message(error)),
+        Err(_) => {
+            task.abort();
+            CaseOutcome::Failed(format!(
+                "timed out after {CASE_TIMEOUT:?}: a wait the contract bounds did not end"
+            ))
+        }
+    };
+    if tokio::time::timeout(AFTER_CASE_TIMEOUT, fixture.after_case(name))
+        .await
+        .is_err()
+    {
+        return CaseOutcome::Failed(format!(
+            "the fixture's after_case hook took longer than {AFTER_CASE_TIMEOUT:?} (case outcome: \
+             {outcome:?})"
+        ));
+    }
+    outcome
+}
+
+/// Turns a case's outcome into a test's: a failure panics with its message; a case that does
+/// not apply prints why.
+#[doc(hidden)]
+pub fn conclude(name: &'static str, outcome: CaseOutcome) {
+    match outcome {
+        CaseOutcome::Passed => {}
+        CaseOutcome::NotApplicable(why) => say_not_applicable(name, why),
+        CaseOutcome::Failed(why) => panic!("contract case `{name}` failed: {why}"),
+    }
 }
 
 macro_rules! suite {
@@ -185,45 +401,45 @@ macro_rules! suite {
 
         /// Runs every case that applies to the store on its own task and reports how each ended.
         pub async fn run_report<F: LedgerFixture + 'static>(fixture: Arc<F>) -> SuiteReport {
-            let capabilities = fixture.capabilities();
             let mut cases = Vec::new();
             $(
-                let outcome = match not_applicable(stringify!($case), &capabilities) {
-                    Some(why) => CaseOutcome::NotApplicable(why),
-                    None => {
-                        let f = Arc::clone(&fixture);
-                        let task = tokio::spawn(async move { $case(&*f).await });
-                        match tokio::time::timeout(CASE_TIMEOUT, task).await {
-                            Ok(Ok(())) => CaseOutcome::Passed,
-                            Ok(Err(error)) => CaseOutcome::Failed(panic_message(error)),
-                            Err(_) => CaseOutcome::Failed("timed out".to_owned()),
-                        }
-                    }
-                };
+                let outcome = run_case(stringify!($case), Arc::clone(&fixture), |f| async move {
+                    $case(&*f).await
+                })
+                .await;
                 cases.push((stringify!($case), outcome));
             )*
             SuiteReport { cases }
         }
 
-        /// Generates one named `#[tokio::test]` per case, each on a fixture from `$fixture`
-        /// (an async expression evaluated per test). A case the store cannot run prints
+        /// Generates one named `#[tokio::test]` per case. `$fixture` is an expression (not a
+        /// future) evaluated once per test, whose value is the [`LedgerFixture`]. Each test runs
+        /// its case on a task of its own, bounded by [`CASE_TIMEOUT`](crate::cases::CASE_TIMEOUT),
+        /// then the fixture's `after_case` hook; a case the store cannot run prints
         /// `NOT APPLICABLE` with the reason.
+        ///
+        /// The tests use tokio's multi-threaded runtime and test macro: the adapter's
+        /// dev-dependencies need `tokio = { version = "1", features = ["macros", "rt-multi-thread"] }`.
         #[macro_export]
         macro_rules! ledger_contract_tests {
             ($fixture:expr) => {
                 $(
                     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
                     async fn $case() {
-                        let fixture = $fixture;
-                        $crate::cases::$case(&fixture).await;
+                        let fixture = ::std::sync::Arc::new($fixture);
+                        let outcome = $crate::cases::run_case(
+                            stringify!($case),
+                            fixture,
+                            |f| async move { $crate::cases::$case(&*f).await },
+                        )
+                        .await;
+                        $crate::cases::conclude(stringify!($case), outcome);
                     }
                 )*
             };
         }
     };
 }
-
-const CASE_TIMEOUT: Duration = Duration::from_secs(120);
 
 fn panic_message(error: tokio::task::JoinError) -> String {
     match error.try_into_panic() {
@@ -242,10 +458,7 @@ pub async fn run_all<F: LedgerFixture + 'static>(fixture: Arc<F>) {
     let report = run_report(fixture).await;
     for (case, outcome) in &report.cases {
         if let CaseOutcome::NotApplicable(why) = outcome {
-            let _ = writeln!(
-                std::io::stdout().lock(),
-                "contract case `{case}`: NOT APPLICABLE to this store: {why}"
-            );
+            say_not_applicable(case, why);
         }
     }
     let failures = report.failures();
@@ -274,12 +487,16 @@ suite!(
     stale_owner_cannot_complete_a_claim_made_after_purge,
     racing_takeovers_of_an_expired_claim_have_one_winner,
     claims_under_contention_never_answer_internal,
+    contended_claims_never_hand_a_version_twice,
+    contended_claims_in_units_never_hand_a_version_twice,
     store_refuses_rows_it_could_not_replay,
     concurrent_starts_migrate_once,
     co_commit_rolls_back_and_commits_together,
     concurrent_claims_have_exactly_one_owner,
     concurrent_transitions_have_exactly_one_winner,
     duplicate_behind_uncommitted_claim_is_in_flight,
+    duplicate_that_waited_replays_once_the_holder_commits,
+    claims_are_bounded_behind_a_table_lock,
     killed_connection_is_unavailable_and_retry_succeeds,
     purge_deletes_only_old_finished_rows,
     bad_input_never_writes_a_row,

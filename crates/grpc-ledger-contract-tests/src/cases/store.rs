@@ -2,25 +2,20 @@
 
 use super::*;
 
-/// `purge` deletes only finished rows completed more than the retention ago by the store's
-/// clock, at most `limit`, never an in-progress one.
+/// Rule [`Rule::PurgeOnlyOldFinished`]: `purge` deletes only finished rows completed more than
+/// the retention ago by the store's clock, at most `limit`, never an in-progress one.
 pub async fn purge_deletes_only_old_finished_rows<F: LedgerFixture>(fixture: &F) {
     let store = fixture.fresh_store().await;
     let ledger = store.autocommit();
     for n in 0..5 {
         let id = identity("tenant-a", CREATE, &format!("old-{n}"));
         let version = claim_new(&*ledger, &id, LONG).await;
-        if n % 2 == 0 {
-            ledger
-                .mark_committed(&id, version, &outcome("p"))
-                .await
-                .expect("commit");
+        let finished = if n % 2 == 0 {
+            ledger.mark_committed(&id, version, &outcome("p")).await
         } else {
-            ledger
-                .mark_failed(&id, version, &failure("f"))
-                .await
-                .expect("fail");
-        }
+            ledger.mark_failed(&id, version, &failure("f")).await
+        };
+        expect_ok(finished, at(Rule::TransitionRecords, "finish an operation to purge", &id));
     }
     let open = identity("tenant-a", CREATE, "open");
     claim_new(&*ledger, &open, 1).await;
@@ -32,21 +27,37 @@ pub async fn purge_deletes_only_old_finished_rows<F: LedgerFixture>(fixture: &F)
     claim_and_commit(&*ledger, &young, "p").await;
 
     let limit = |n| NonZeroU32::new(n).expect("non-zero");
-    assert_eq!(ledger.purge(retention, limit(3)).await, Ok(3));
-    assert_eq!(ledger.purge(retention, limit(100)).await, Ok(2));
-    assert_eq!(ledger.purge(retention, limit(100)).await, Ok(0));
-    assert!(
-        ledger.find(&open).await.expect("find").is_some(),
-        "IN_PROGRESS is never purged"
+    // IN_PROGRESS survival is checked first, so that a purge that deletes it is named as such
+    // rather than as a wrong count.
+    let first = ledger.purge(retention, limit(3)).await;
+    let step = "purge with a 1 s retention and a limit of 3, then look for the expired IN_PROGRESS claim";
+    at(Rule::PurgeOnlyOldFinished, step, &open).check(
+        matches!(ledger.find(&open).await, Ok(Some(_))),
+        "the IN_PROGRESS row (its lease long expired) is still there",
+        format_args!("it was purged (purge answered {first:?})"),
     );
-    assert!(
-        ledger.find(&young).await.expect("find").is_some(),
-        "rows younger than the retention stay"
+    let purging = at_store(Rule::PurgeOnlyOldFinished, "purge 5 old finished rows, limit 3");
+    purging.eq(first, Ok(3));
+    let second = ledger.purge(retention, limit(100)).await;
+    purging.check(
+        matches!(ledger.find(&open).await, Ok(Some(_))),
+        "the IN_PROGRESS row is still there after a second purge",
+        format_args!("it was purged (purge answered {second:?})"),
     );
-    assert_eq!(store.ledger_rows().await, 2);
+    at_store(Rule::PurgeOnlyOldFinished, "purge the 2 old finished rows left, limit 100")
+        .eq(second, Ok(2));
+    at_store(Rule::PurgeOnlyOldFinished, "purge again: nothing old is left")
+        .eq(ledger.purge(retention, limit(100)).await, Ok(0));
+    at(Rule::PurgeOnlyOldFinished, "look for the row finished within the retention", &young)
+        .check(
+            matches!(ledger.find(&young).await, Ok(Some(_))),
+            "rows younger than the retention stay",
+            "it was purged",
+        );
+    at_store(Rule::PurgeOnlyOldFinished, "count the rows left").eq(store.ledger_rows().await, 2);
 }
 
-/// Rows written around the adapter (a support script, a backfill) that a replay could not use are
+/// Rule [`Rule::StoreRefusesIllegalRows`]: rows written around the adapter (a support script, a backfill) that a replay could not use are
 /// refused by the store itself; a legal one is accepted, so the refusals are the rules at work.
 pub async fn store_refuses_rows_it_could_not_replay<F: LedgerFixture>(fixture: &F) {
     let store = fixture.fresh_store().await;
@@ -64,13 +75,16 @@ pub async fn store_refuses_rows_it_could_not_replay<F: LedgerFixture>(fixture: &
         failure_code: code,
         failure_message: message,
     };
-    assert!(
+    let legal = at_store(Rule::StoreRefusesIllegalRows, "write legal rows around the adapter");
+    legal.check(
         store.write_raw_row(committed(Some("payment-1"))).await,
-        "a legal committed row must be accepted"
+        "a legal committed row is accepted",
+        "refused",
     );
-    assert!(
+    legal.check(
         store.write_raw_row(failed(Some(9), Some(""))).await,
-        "a failure with an empty message is legal"
+        "a failure with an empty message is accepted (it is legal)",
+        "refused",
     );
     let too_long = "\u{e9}".repeat(600); // 1200 bytes
     let illegal = [
@@ -106,34 +120,30 @@ pub async fn store_refuses_rows_it_could_not_replay<F: LedgerFixture>(fixture: &
         ),
     ];
     for (what, row) in illegal {
-        assert!(!store.write_raw_row(row).await, "the store accepted {what}");
+        at_store(Rule::StoreRefusesIllegalRows, "write an illegal row around the adapter").check(
+            !store.write_raw_row(row).await,
+            format_args!("the store refuses {what}"),
+            row,
+        );
     }
-    assert_eq!(
-        store.ledger_rows().await,
-        2,
-        "only the legal rows are stored"
-    );
+    at_store(Rule::StoreRefusesIllegalRows, "count the rows: only the legal ones")
+        .eq(store.ledger_rows().await, 2);
 }
 
-/// Sixteen processes start together on a store without the ledger's schema and each applies the
+/// Rule [`Rule::ConcurrentMigrations`]: sixteen processes start together on a store without the ledger's schema and each applies the
 /// migrations: every start succeeds, and the ledger then works. Runs on stores with the
 /// `migrations` capability.
 pub async fn concurrent_starts_migrate_once<F: LedgerFixture>(fixture: &F) {
-    if !applies("concurrent_starts_migrate_once", &fixture.capabilities()) {
+    let Some(migrations) = fixture.migrations() else {
         return;
-    }
-    let store = Arc::new(fixture.fresh_unmigrated_store().await);
-    let starts: Vec<_> = (0..16)
-        .map(|_| {
-            let store = Arc::clone(&store);
-            tokio::spawn(async move { store.migrate().await })
-        })
-        .collect();
-    for start in starts {
-        start
-            .await
-            .expect("task")
-            .expect("every concurrent start migrates");
+    };
+    let store = migrations.fresh_unmigrated_store().await;
+    let starts = (0..16).map(|_| migrations.migrate(&store));
+    for migrated in join_all(starts).await {
+        expect_ok(
+            migrated,
+            at_store(Rule::ConcurrentMigrations, "16 starts migrate the same store at once"),
+        );
     }
     claim_and_commit(
         &*store.autocommit(),
@@ -143,7 +153,7 @@ pub async fn concurrent_starts_migrate_once<F: LedgerFixture>(fixture: &F) {
     .await;
 }
 
-/// Bad input is refused by the checked constructors before any call, so nothing is written.
+/// Rule [`Rule::BoundParameters`]: bad input is refused by the checked constructors before any call, so nothing is written.
 pub async fn bad_input_never_writes_a_row<F: LedgerFixture>(fixture: &F) {
     let store = fixture.fresh_store().await;
     let ledger = store.autocommit();
@@ -180,15 +190,11 @@ pub async fn bad_input_never_writes_a_row<F: LedgerFixture>(fixture: &F) {
     let hostile = identity("x';DROP_TABLE--", CREATE, "k';DELETE/**/FROM/**/t;--");
     let version = claim_new(&*ledger, &hostile, LONG).await;
     let evil = outcome("'); DROP TABLE grpc_operation_ledger; --");
-    ledger
-        .mark_committed(&hostile, version, &evil)
-        .await
-        .expect("commit");
-    let record = ledger.find(&hostile).await.expect("find").expect("row");
-    assert_eq!(record.outcome_reference(), Some(&evil));
-    assert_eq!(
-        store.ledger_rows().await,
-        1,
-        "only the one valid claim was written"
-    );
+    let committed = ledger.mark_committed(&hostile, version, &evil).await;
+    let step = "claim and commit an identity and outcome full of SQL";
+    expect_ok(committed, at(Rule::BoundParameters, step, &hostile));
+    let record = stored(&store, &hostile).await;
+    at(Rule::BoundParameters, step, &hostile).eq(record.outcome_reference(), Some(&evil));
+    at(Rule::BoundParameters, "count the rows: only the one valid claim", &hostile)
+        .eq(store.ledger_rows().await, 1);
 }

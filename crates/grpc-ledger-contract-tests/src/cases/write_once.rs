@@ -2,32 +2,38 @@
 
 use super::*;
 
-/// A unit that made its effects records the operation as finished in one step: committed with
+/// Rule [`Rule::RecordOnce`]: a unit that made its effects records the operation as finished in one step: committed with
 /// the unit, replayed by a later claim or record, and its failure replayed as recorded.
 pub async fn record_finished_writes_once_and_replays<F: LedgerFixture>(fixture: &F) {
     let store = fixture.fresh_store().await;
     let id = identity("tenant-a", CREATE, "write-once");
     let (unit, recorded) = write_and_record(&store, &id, "write-once", &done("payment-1")).await;
     let RecordOutcome::Recorded(version) = recorded else {
-        panic!("a new identity must be recorded, got {recorded:?}");
+        at(Rule::RecordOnce, "record a new identity as finished", &id)
+            .fail("Recorded(version)", recorded);
     };
-    unit.commit().await.expect("commit");
+    expect_ok(unit.commit().await, at(Rule::RecordOnce, "commit the unit", &id));
     let record = stored(&store, &id).await;
-    assert_eq!(record.state(), OperationState::Committed);
-    assert_eq!(record.version, version);
-    assert_eq!(record.outcome_reference(), Some(&outcome("payment-1")));
-    assert_eq!(store.ledger_rows().await, 1);
+    let step = "read the recorded row";
+    at(Rule::RecordOnce, step, &id).eq(record.state(), OperationState::Committed);
+    at(Rule::RecordOnce, step, &id).eq(record.version, version);
+    at(Rule::RecordOnce, step, &id).eq(record.outcome_reference(), Some(&outcome("payment-1")));
+    at(Rule::RecordOnce, step, &id).eq(store.ledger_rows().await, 1);
 
     // A duplicate: replayed by a claim, and by a record, whose unit is then rolled back.
-    assert_eq!(replayed(&*store.autocommit(), &id, "x").await, record);
+    let replay = replayed(&*store.autocommit(), &id, "x").await;
+    at(Rule::ClaimReplays, "claim the recorded identity", &id).eq(replay, record.clone());
     let (unit, duplicate) = write_and_record(&store, &id, "write-once", &done("payment-2")).await;
-    assert_eq!(duplicate, RecordOutcome::Completed(Box::new(record)));
-    unit.rollback().await.expect("rollback");
-    assert_eq!(store.business_rows("write-once").await, 1, "one effect");
+    at(Rule::RecordOnce, "record the recorded identity again", &id)
+        .eq(duplicate, RecordOutcome::Completed(Box::new(record)));
+    expect_ok(unit.rollback().await, at(Rule::RecordOnce, "roll back the duplicate", &id));
+    at(Rule::RecordOnce, "count the business rows", &id)
+        .eq(store.business_rows("write-once").await, 1);
 
     // A failure recorded in one step replays as the failure.
     let failed = identity("tenant-a", CREATE, "write-once-failed");
-    let unit = store.begin().await.expect("begin");
+    let at_failed = at(Rule::RecordOnce, "record a failure in one step", &failed);
+    let unit = expect_ok(store.begin().await, at_failed);
     let recorded = unit
         .ledger()
         .record_finished(
@@ -36,35 +42,36 @@ pub async fn record_finished_writes_once_and_replays<F: LedgerFixture>(fixture: 
             lease(LONG),
             &Completion::Failed(failure("insufficient funds")),
         )
-        .await
-        .expect("record a failure");
-    assert!(
-        matches!(recorded, RecordOutcome::Recorded(_)),
-        "{recorded:?}"
-    );
-    unit.commit().await.expect("commit");
+        .await;
+    let recorded = expect_ok(recorded, at_failed);
+    at_failed.check(matches!(recorded, RecordOutcome::Recorded(_)), "Recorded(version)", &recorded);
+    expect_ok(unit.commit().await, at_failed);
     let record = replayed(&*store.autocommit(), &failed, "y").await;
-    assert_eq!(record.failure(), Some(&failure("insufficient funds")));
+    at(Rule::ClaimReplays, "claim the recorded failure", &failed)
+        .eq(record.failure(), Some(&failure("insufficient funds")));
 }
 
 /// A record under a key already recorded for another request is refused, and writes nothing.
 pub async fn record_finished_with_another_request_is_refused<F: LedgerFixture>(fixture: &F) {
     let store = fixture.fresh_store().await;
     let id = identity("tenant-a", CREATE, "write-once-reused");
-    let unit = store.begin().await.expect("begin");
-    unit.ledger()
+    let first = at(Rule::RecordOnce, "record the identity", &id);
+    let unit = expect_ok(store.begin().await, first);
+    let recorded = unit
+        .ledger()
         .record_finished(&id, &request("x"), lease(LONG), &done("payment-1"))
-        .await
-        .expect("record");
-    unit.commit().await.expect("commit");
-    let unit = store.begin().await.expect("begin");
+        .await;
+    expect_ok(recorded, first);
+    expect_ok(unit.commit().await, first);
+    let again = at(Rule::RequestMustMatch, "record it again for another request", &id);
+    let unit = expect_ok(store.begin().await, again);
     let reused = unit
         .ledger()
         .record_finished(&id, &request("other"), lease(LONG), &done("payment-2"))
         .await;
-    assert_eq!(reused, Err(LedgerError::KeyReusedWithDifferentRequest));
-    unit.rollback().await.expect("rollback");
-    assert_eq!(store.ledger_rows().await, 1);
+    again.eq(reused, Err(LedgerError::KeyReusedWithDifferentRequest));
+    expect_ok(unit.rollback().await, again);
+    again.eq(store.ledger_rows().await, 1);
 }
 
 /// A record of an identity another owner holds in progress (a live claim) is told so, with the
@@ -73,19 +80,23 @@ pub async fn record_finished_over_a_live_claim_is_in_progress<F: LedgerFixture>(
     let store = fixture.fresh_store().await;
     let id = identity("tenant-a", CREATE, "write-once-claimed");
     claim_new(&*store.autocommit(), &id, LONG).await;
-    let unit = store.begin().await.expect("begin");
+    let over = at(Rule::RecordOnce, "record an identity held by a live claim", &id);
+    let unit = expect_ok(store.begin().await, over);
     let answer = unit
         .ledger()
         .record_finished(&id, &request("x"), lease(LONG), &done("payment-1"))
-        .await
-        .expect("record");
+        .await;
+    let answer = expect_ok(answer, over);
     let RecordOutcome::InProgress { retry_after } = answer else {
-        panic!("a live claim must answer in progress, got {answer:?}");
+        over.fail("InProgress { retry_after }", answer);
     };
-    assert!(retry_after > Duration::ZERO && retry_after <= Duration::from_millis(LONG));
-    unit.rollback().await.expect("rollback");
-    let row = stored(&store, &id).await;
-    assert_eq!(row.state(), OperationState::InProgress);
+    over.check(
+        retry_after > Duration::ZERO && retry_after <= Duration::from_millis(LONG),
+        format_args!("a retry delay within the claim's {LONG} ms lease"),
+        retry_after,
+    );
+    expect_ok(unit.rollback().await, over);
+    over.eq(stored(&store, &id).await.state(), OperationState::InProgress);
 }
 
 /// Units on separate connections make their effects and record one identity at once: exactly
@@ -124,7 +135,8 @@ pub async fn concurrent_records_have_exactly_one_winner<F: LedgerFixture>(fixtur
                         let _ = unit.rollback().await;
                         false
                     }
-                    other => panic!("a racing record answered {other:?}"),
+                    other => at(Rule::RecordOnce, "8 units record one identity at once", &id)
+                        .fail("Recorded, Completed, InFlight or a retryable error", other),
                 }
             })
         })
@@ -133,10 +145,10 @@ pub async fn concurrent_records_have_exactly_one_winner<F: LedgerFixture>(fixtur
     for task in tasks {
         winners += u32::from(task.await.expect("task"));
     }
-    assert_eq!(winners, 1, "exactly one unit commits its record");
-    assert_eq!(store.business_rows("write-once-race").await, 1);
-    let record = stored(&*store, &id).await;
-    assert_eq!(record.state(), OperationState::Committed);
+    let race = at(Rule::RecordOnce, "8 units record one identity at once", &id);
+    race.eq(winners, 1);
+    race.eq(store.business_rows("write-once-race").await, 1);
+    race.eq(stored(&*store, &id).await.state(), OperationState::Committed);
 }
 
 /// Begins a unit, makes its business write `key`, and records `id` (request "x") as finished
@@ -147,12 +159,12 @@ async fn write_and_record<S: LedgerStore>(
     key: &str,
     completion: &Completion,
 ) -> (S::Unit, RecordOutcome) {
-    let unit = store.begin().await.expect("begin");
-    unit.business_write(key).await.expect("business write");
+    let step = at(Rule::RecordOnce, "business write, then record the operation finished", id);
+    let unit = expect_ok(store.begin().await, step);
+    expect_ok(unit.business_write(key).await, step);
     let recorded = unit
         .ledger()
         .record_finished(id, &request("x"), lease(LONG), completion)
-        .await
-        .expect("record");
-    (unit, recorded)
+        .await;
+    (unit, expect_ok(recorded, step))
 }

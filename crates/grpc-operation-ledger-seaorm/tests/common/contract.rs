@@ -5,12 +5,18 @@ use async_trait::async_trait;
 use grpc_core_api::{GrpcOperationLedger, LedgerError, LedgerUnitsOfWork, UnitPerCall};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
-use grpc_ledger_contract_tests::{Capabilities, LedgerFixture, LedgerStore, RawRow, UnitOfWork};
+use grpc_ledger_contract_tests::{
+    Capabilities, ConnectionKiller, HeldTableLock, LedgerFixture, LedgerStore, Migrations, RawRow,
+    TableLocking, UnitOfWork,
+};
 use grpc_operation_ledger_seaorm::{
     LedgerMigrator, SeaOrmOperationLedger, SeaOrmUnitsOfWork, connect_mysql, connect_postgres,
     in_dialect, migrate, migrate_with, open_sqlite, store_error,
 };
-use sea_orm::{ConnectionTrait, Database, DatabaseTransaction, DbBackend, Statement};
+use sea_orm::{
+    ConnectionTrait, Database, DatabaseTransaction, DbBackend, SqliteTransactionMode, Statement,
+    TransactionOptions, TransactionTrait,
+};
 use sea_orm_migration::MigratorTrait;
 
 use super::{Store, TestDb, config, config_for, fresh};
@@ -30,7 +36,7 @@ impl LedgerFixture for SeaOrmFixture {
     type Store = SeaOrmStore;
 
     fn capabilities(&self) -> Capabilities {
-        let server = Capabilities::new(config().claim_wait).with_kill_connection();
+        let server = Capabilities::new(config().claim_wait);
         match self.store {
             Store::Postgres | Store::PostgresBehindTransactionPooler => {
                 server.with_concurrent_claim_identities(200)
@@ -38,7 +44,7 @@ impl LedgerFixture for SeaOrmFixture {
             Store::MariaDb => server.with_concurrent_claim_identities(100),
             // Units are spread over the three nodes, one after another.
             Store::Galera => server.with_concurrent_claim_identities(30).multi_primary(),
-            // One writer at a time, and no way to kill another connection from outside.
+            // One writer at a time.
             Store::Sqlite => Capabilities::new(config().claim_wait)
                 .without_concurrent_writers()
                 .with_concurrent_claim_identities(20),
@@ -60,6 +66,24 @@ impl LedgerFixture for SeaOrmFixture {
         }
     }
 
+    fn migrations(&self) -> Option<&dyn Migrations<Store = SeaOrmStore>> {
+        Some(self)
+    }
+
+    /// PostgreSQL and MariaDB; SQLite has no server session to end from outside.
+    fn connection_killer(&self) -> Option<&dyn ConnectionKiller<Unit = SeaOrmUnit>> {
+        (self.store != Store::Sqlite).then_some(self as _)
+    }
+
+    fn table_locking(&self) -> Option<&dyn TableLocking<Store = SeaOrmStore>> {
+        Some(self)
+    }
+}
+
+#[async_trait]
+impl Migrations for SeaOrmFixture {
+    type Store = SeaOrmStore;
+
     /// A fresh store whose ledger migrations were reverted by the real migrator.
     async fn fresh_unmigrated_store(&self) -> SeaOrmStore {
         let store = self.fresh_store().await;
@@ -67,6 +91,128 @@ impl LedgerFixture for SeaOrmFixture {
             .await
             .expect("revert the ledger migrations");
         store
+    }
+
+    /// Opens a pool of its own and migrates through it, as a starting process does.
+    async fn migrate(&self, store: &SeaOrmStore) -> Result<(), LedgerError> {
+        let url = &store.test_db.url;
+        let migrated = match store.test_db.store {
+            Store::Sqlite => {
+                let path = url.trim_start_matches("sqlite://");
+                open_sqlite(path.as_ref(), &config()).await.map(|_| ())
+            }
+            Store::Postgres | Store::PostgresBehindTransactionPooler => {
+                let config = config_for(store.test_db.store);
+                match connect_postgres(url, &config).await {
+                    Ok(db) => migrate_with(&db, &config).await,
+                    Err(error) => Err(error),
+                }
+            }
+            Store::MariaDb | Store::Galera => match connect_mysql(url, &config()).await {
+                Ok(db) => migrate(&db).await,
+                Err(error) => Err(error),
+            },
+        };
+        migrated.map_err(|error| LedgerError::internal(format!("migrating failed: {error}")))
+    }
+}
+
+#[async_trait]
+impl TableLocking for SeaOrmFixture {
+    type Store = SeaOrmStore;
+
+    /// PostgreSQL: `LOCK TABLE ... IN ACCESS EXCLUSIVE MODE`, what `ALTER TABLE`, `VACUUM FULL`
+    /// or a plain `CREATE INDEX` (SHARE) take, in a transaction on a direct connection. MariaDB:
+    /// `LOCK TABLES ... WRITE`, on every node of a cluster. SQLite: a write transaction
+    /// (`BEGIN IMMEDIATE`) on another connection, which is as much as SQLite locks.
+    async fn lock_ledger_table(&self, store: &SeaOrmStore) -> Box<dyn HeldTableLock> {
+        let test_db = &store.test_db;
+        let pools: Vec<_> = if test_db.nodes.is_empty() {
+            vec![test_db.direct.clone()]
+        } else {
+            test_db.nodes.iter().map(|(db, _)| db.clone()).collect()
+        };
+        let mut held = Vec::new();
+        for pool in pools {
+            let backend = pool.get_database_backend();
+            let options = TransactionOptions {
+                sqlite_transaction_mode: Some(SqliteTransactionMode::Immediate),
+                ..TransactionOptions::default()
+            };
+            let txn = pool
+                .begin_with_options(options)
+                .await
+                .expect("begin the lock holder's transaction");
+            let lock = match backend {
+                DbBackend::Postgres => {
+                    Some("LOCK TABLE grpc_operation_ledger IN ACCESS EXCLUSIVE MODE")
+                }
+                DbBackend::MySql => Some("LOCK TABLES grpc_operation_ledger WRITE"),
+                _ => None,
+            };
+            if let Some(lock) = lock {
+                txn.execute_unprepared(lock)
+                    .await
+                    .expect("lock the ledger table");
+            }
+            held.push(txn);
+        }
+        Box::new(HeldLedgerTable(held))
+    }
+}
+
+/// The transactions (one per node) that hold the ledger table.
+struct HeldLedgerTable(Vec<DatabaseTransaction>);
+
+#[async_trait]
+impl HeldTableLock for HeldLedgerTable {
+    async fn release(self: Box<Self>) {
+        for txn in self.0 {
+            if txn.get_database_backend() == DbBackend::MySql {
+                txn.execute_unprepared("UNLOCK TABLES")
+                    .await
+                    .expect("unlock the ledger table");
+            }
+            txn.rollback().await.expect("end the lock holder's transaction");
+        }
+    }
+}
+
+#[async_trait]
+impl ConnectionKiller for SeaOrmFixture {
+    type Unit = SeaOrmUnit;
+
+    /// Ends the unit's server session from a second connection, as an operator or a failover
+    /// would.
+    async fn kill_connection(&self, unit: &SeaOrmUnit) {
+        let backend = unit.txn.get_database_backend();
+        let (who, kill) = match backend {
+            DbBackend::MySql => ("SELECT CAST(CONNECTION_ID() AS SIGNED)", "KILL CONNECTION "),
+            _ => (
+                "SELECT pg_backend_pid()::BIGINT",
+                "SELECT pg_terminate_backend",
+            ),
+        };
+        let id: i64 = unit
+            .txn
+            .query_one_raw(Statement::from_string(backend, who))
+            .await
+            .expect("the session id")
+            .expect("one row")
+            .try_get_by_index(0)
+            .expect("an id");
+        let admin = Database::connect(&unit.url)
+            .await
+            .expect("admin connection");
+        let statement = match backend {
+            DbBackend::MySql => format!("{kill}{id}"),
+            _ => format!("{kill}({id})"),
+        };
+        admin
+            .execute_unprepared(&statement)
+            .await
+            .expect("end the unit's session");
+        admin.close().await.expect("close admin connection");
     }
 }
 
@@ -179,29 +325,6 @@ impl LedgerStore for SeaOrmStore {
         .await
         .is_ok()
     }
-
-    /// Opens a pool of its own and migrates through it, as a starting process does.
-    async fn migrate(&self) -> Result<(), LedgerError> {
-        let url = &self.test_db.url;
-        let migrated = match self.test_db.store {
-            Store::Sqlite => {
-                let path = url.trim_start_matches("sqlite://");
-                open_sqlite(path.as_ref(), &config()).await.map(|_| ())
-            }
-            Store::Postgres | Store::PostgresBehindTransactionPooler => {
-                let config = config_for(self.test_db.store);
-                match connect_postgres(url, &config).await {
-                    Ok(db) => migrate_with(&db, &config).await,
-                    Err(error) => Err(error),
-                }
-            }
-            Store::MariaDb | Store::Galera => match connect_mysql(url, &config()).await {
-                Ok(db) => migrate(&db).await,
-                Err(error) => Err(error),
-            },
-        };
-        migrated.map_err(|error| LedgerError::internal(format!("migrating failed: {error}")))
-    }
 }
 
 pub struct SeaOrmUnit {
@@ -237,38 +360,5 @@ impl UnitOfWork for SeaOrmUnit {
 
     async fn rollback(self) -> Result<(), LedgerError> {
         self.units.rollback(self.txn).await
-    }
-
-    /// PostgreSQL and MariaDB (the capability says so): ends the unit's server session from a
-    /// second connection, as an operator or a failover would.
-    async fn kill_connection(&self) {
-        let backend = self.txn.get_database_backend();
-        let (who, kill) = match backend {
-            DbBackend::MySql => ("SELECT CAST(CONNECTION_ID() AS SIGNED)", "KILL CONNECTION "),
-            _ => (
-                "SELECT pg_backend_pid()::BIGINT",
-                "SELECT pg_terminate_backend",
-            ),
-        };
-        let id: i64 = self
-            .txn
-            .query_one_raw(Statement::from_string(backend, who))
-            .await
-            .expect("the session id")
-            .expect("one row")
-            .try_get_by_index(0)
-            .expect("an id");
-        let admin = Database::connect(&self.url)
-            .await
-            .expect("admin connection");
-        let statement = match backend {
-            DbBackend::MySql => format!("{kill}{id}"),
-            _ => format!("{kill}({id})"),
-        };
-        admin
-            .execute_unprepared(&statement)
-            .await
-            .expect("end the unit's session");
-        admin.close().await.expect("close admin connection");
     }
 }
