@@ -61,9 +61,14 @@ pub enum LedgerDurability {
 ///
 /// # Transactions
 ///
-/// - An adapter MUST NOT open a transaction of its own for `claim` or the transitions: it runs on
-///   the connection or transaction its caller gave it, so that the claim, the business write and
-///   the transition commit or roll back together.
+/// - An adapter MUST NOT open a transaction of its own for `claim` or the transitions inside the
+///   transaction its caller gave it: it runs on that transaction, so that the claim, the business
+///   write and the transition commit or roll back together. Given a bare connection or pool, each
+///   call commits before it returns (it may wrap that one call's statements in a short
+///   transaction of its own, for example to bound its lock waits).
+/// - A claim MUST NOT wait for a lock (another unit's uncommitted claim, a lock on the whole
+///   table, the store's write lock) longer than the adapter's configured claim wait: past it, it
+///   answers `InFlight` (behind another claim) or `Unavailable`.
 /// - A store fault MUST be returned as `Unavailable` (never `Internal`, never a panic), and the
 ///   unit of work MUST then be safe to retry from the start.
 ///
@@ -144,23 +149,13 @@ pub trait GrpcOperationLedger: Send + Sync {
     ) -> Result<Option<OperationRecord>, LedgerError>;
 
     /// Reads an operation's record with the time its lease has left (zero once it finished or
-    /// expired), for a caller asking what became of it. An adapter with a store clock judges the
-    /// lease by it; this default judges it by this process's clock.
+    /// expired) by the store's clock, read in the same statement as the row: for a caller asking
+    /// what became of it. There is no default, because only the adapter can read its store's
+    /// clock (a store without a clock of its own, like the in-memory double, uses the process's).
     async fn look_up(
         &self,
         identity: &GrpcOperationIdentity,
-    ) -> Result<Option<(OperationRecord, Duration)>, LedgerError> {
-        Ok(self.find(identity).await?.map(|record| {
-            let left = match record.finished {
-                Some(_) => Duration::ZERO,
-                None => record
-                    .lease_expires_at
-                    .duration_since(std::time::SystemTime::now())
-                    .unwrap_or_default(),
-            };
-            (record, left)
-        }))
-    }
+    ) -> Result<Option<(OperationRecord, Duration)>, LedgerError>;
 
     /// Deletes at most `limit` finished operations completed more than `retention` ago by the
     /// store's clock.

@@ -32,6 +32,7 @@ mod ledger;
 mod method;
 mod record;
 mod status;
+pub mod store_errors;
 mod unit_per_call;
 
 pub use caller::CallerFingerprint;

@@ -548,6 +548,24 @@ impl GrpcOperationLedger for InMemoryOperationLedger {
             .await
     }
 
+    /// The double's store clock is the process's.
+    async fn look_up(
+        &self,
+        identity: &GrpcOperationIdentity,
+    ) -> Result<Option<(OperationRecord, Duration)>, LedgerError> {
+        let now = SystemTime::now();
+        Ok(self.find(identity).await?.map(|record| {
+            let left = match record.finished {
+                Some(_) => Duration::ZERO,
+                None => record
+                    .lease_expires_at
+                    .duration_since(now)
+                    .unwrap_or_default(),
+            };
+            (record, left)
+        }))
+    }
+
     /// Deletes committed rows directly: purge in the double is not part of a unit of work.
     async fn purge(&self, retention: Duration, limit: NonZeroU32) -> Result<u64, LedgerError> {
         let completed_before = SystemTime::now()
