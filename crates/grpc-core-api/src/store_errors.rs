@@ -286,7 +286,12 @@ mod tests {
         ];
         for (code, expected) in table {
             for phase in [During::Other, CLAIM] {
-                assert_maps_to(from_sqlite_code(code, phase), *expected, "SQLite code", code);
+                assert_maps_to(
+                    from_sqlite_code(code, phase),
+                    *expected,
+                    "SQLite code",
+                    code,
+                );
             }
         }
     }

@@ -191,11 +191,7 @@ impl SqlxUnit {
     }
 
     /// Runs `statement` on the unit's connection (for the application's own writes).
-    pub async fn execute(
-        &self,
-        statement: &'static str,
-        text: &str,
-    ) -> Result<(), LedgerError> {
+    pub async fn execute(&self, statement: &'static str, text: &str) -> Result<(), LedgerError> {
         let mut guard = self.txn.lock().await;
         let txn = guard.as_mut().ok_or_else(unit_ended)?;
         sqlx::query(statement)
@@ -290,7 +286,10 @@ impl GrpcOperationLedger for SqlxLedger {
         let during = During::Claim {
             wait: self.claim_wait,
         };
-        on_connection!(self, |conn| claim_on(conn, identity, request, lease, during).await)
+        on_connection!(self, |conn| claim_on(
+            conn, identity, request, lease, during
+        )
+        .await)
     }
 
     async fn mark_committed(
@@ -300,7 +299,13 @@ impl GrpcOperationLedger for SqlxLedger {
         outcome: &OutcomeReference,
     ) -> Result<Version, LedgerError> {
         let completion = Completion::Committed(outcome.clone());
-        on_connection!(self, |conn| transition_on(conn, identity, version, &completion).await)
+        on_connection!(self, |conn| transition_on(
+            conn,
+            identity,
+            version,
+            &completion
+        )
+        .await)
     }
 
     async fn mark_failed(
@@ -310,7 +315,13 @@ impl GrpcOperationLedger for SqlxLedger {
         failure: &RecordedFailure,
     ) -> Result<Version, LedgerError> {
         let completion = Completion::Failed(failure.clone());
-        on_connection!(self, |conn| transition_on(conn, identity, version, &completion).await)
+        on_connection!(self, |conn| transition_on(
+            conn,
+            identity,
+            version,
+            &completion
+        )
+        .await)
     }
 
     async fn find(
@@ -473,7 +484,9 @@ impl<'q> Bindable<'q> for sqlx::query::Query<'q, Postgres, sqlx::postgres::PgArg
     }
 }
 
-impl<'q, O> Bindable<'q> for sqlx::query::QueryScalar<'q, Postgres, O, sqlx::postgres::PgArguments> {
+impl<'q, O> Bindable<'q>
+    for sqlx::query::QueryScalar<'q, Postgres, O, sqlx::postgres::PgArguments>
+{
     fn bind_text(self, text: String) -> Self {
         self.bind(text)
     }
@@ -494,7 +507,10 @@ async fn read(
 
 /// A row as a record; a row that breaks the record's rules is `Internal` (the CHECK constraints
 /// should have refused it).
-fn decode(identity: &GrpcOperationIdentity, row: &PgRow) -> Result<(OperationRecord, i64), LedgerError> {
+fn decode(
+    identity: &GrpcOperationIdentity,
+    row: &PgRow,
+) -> Result<(OperationRecord, i64), LedgerError> {
     let corrupt = |what: &str| LedgerError::internal(format!("stored ledger row has a bad {what}"));
     let get = |column: &str| -> Result<Option<i64>, LedgerError> {
         row.try_get(column).map_err(|_| corrupt(column))
@@ -521,11 +537,13 @@ fn decode(identity: &GrpcOperationIdentity, row: &PgRow) -> Result<(OperationRec
         OperationState::FailedTerminal => {
             let code: Option<i32> = row.try_get("failure_code").map_err(|_| corrupt("code"))?;
             let message = text("failure_message")?.ok_or_else(|| corrupt("message"))?;
-            let details: Option<Vec<u8>> =
-                row.try_get("failure_details").map_err(|_| corrupt("details"))?;
-            let failure = RecordedFailure::from_stored(code.ok_or_else(|| corrupt("code"))?, &message)
-                .and_then(|failure| failure.with_details(&details.unwrap_or_default()))
-                .map_err(|_| corrupt("failure"))?;
+            let details: Option<Vec<u8>> = row
+                .try_get("failure_details")
+                .map_err(|_| corrupt("details"))?;
+            let failure =
+                RecordedFailure::from_stored(code.ok_or_else(|| corrupt("code"))?, &message)
+                    .and_then(|failure| failure.with_details(&details.unwrap_or_default()))
+                    .map_err(|_| corrupt("failure"))?;
             Some((
                 completed_at.ok_or_else(|| corrupt("completed_at"))?,
                 Completion::Failed(failure),
@@ -546,7 +564,8 @@ fn decode(identity: &GrpcOperationIdentity, row: &PgRow) -> Result<(OperationRec
 }
 
 fn version(stored: i64) -> Result<Version, LedgerError> {
-    Version::from_stored(stored).map_err(|_| LedgerError::internal("stored ledger row has a bad version"))
+    Version::from_stored(stored)
+        .map_err(|_| LedgerError::internal("stored ledger row has a bad version"))
 }
 
 fn time(millis: i64) -> SystemTime {
@@ -554,8 +573,9 @@ fn time(millis: i64) -> SystemTime {
 }
 
 fn millis(time: SystemTime) -> i64 {
-    time.duration_since(UNIX_EPOCH)
-        .map_or(0, |since| i64::try_from(since.as_millis()).unwrap_or(i64::MAX))
+    time.duration_since(UNIX_EPOCH).map_or(0, |since| {
+        i64::try_from(since.as_millis()).unwrap_or(i64::MAX)
+    })
 }
 
 /// A sqlx error as a ledger error, by the public classification of `grpc_core_api::store_errors`;

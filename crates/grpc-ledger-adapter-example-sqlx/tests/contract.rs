@@ -10,13 +10,13 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use grpc_core_api::store_errors::During;
 use grpc_core_api::{GrpcOperationLedger, LedgerError};
 use grpc_ledger_adapter_example_sqlx::{SqlxUnit, SqlxUnits, migrate, store_error};
 use grpc_ledger_contract_tests::{
     Capabilities, ConnectionKiller, HeldTableLock, LedgerFixture, LedgerStore, Migrations, RawRow,
     TableLocking, UnitOfWork, ledger_contract_tests,
 };
-use grpc_core_api::store_errors::During;
 use sqlx::postgres::{PgPool, PgPoolOptions};
 use sqlx::{AssertSqlSafe, Postgres, Transaction};
 
@@ -30,7 +30,9 @@ fn url_of(database: &str) -> String {
              export DATABASE_URL=$(cargo xtask pg url)"
         )
     });
-    let (base, query) = server.split_once('?').map_or((server.as_str(), ""), |(b, q)| (b, q));
+    let (base, query) = server
+        .split_once('?')
+        .map_or((server.as_str(), ""), |(b, q)| (b, q));
     let base = &base[..base.rfind('/').expect("a URL with a path")];
     match query {
         "" => format!("{base}/{database}"),
@@ -123,10 +125,12 @@ impl LedgerFixture for SqlxFixture {
         let names = std::mem::take(&mut *self.databases.lock().unwrap());
         let admin = admin().await;
         for name in names {
-            sqlx::query(AssertSqlSafe(format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")))
-                .execute(&admin)
-                .await
-                .expect("drop the case's database");
+            sqlx::query(AssertSqlSafe(format!(
+                "DROP DATABASE IF EXISTS {name} WITH (FORCE)"
+            )))
+            .execute(&admin)
+            .await
+            .expect("drop the case's database");
         }
         admin.close().await;
     }

@@ -23,8 +23,8 @@ use tokio::sync::{Notify, OwnedRwLockWriteGuard, RwLock};
 
 use crate::broken::Defect;
 use crate::{
-    Capabilities, ConnectionKiller, HeldTableLock, LedgerFixture, LedgerStore, RawRow, TableLocking,
-    UnitOfWork,
+    Capabilities, ConnectionKiller, HeldTableLock, LedgerFixture, LedgerStore, RawRow,
+    TableLocking, UnitOfWork,
 };
 
 #[derive(Default)]
@@ -426,7 +426,9 @@ impl InMemoryOperationLedger {
         }
         let still_ours = |current: &OperationRecord| match self.shared.defect {
             Some(Defect::UnfencedTakeover) => true,
-            Some(Defect::TakeoverFencedOnLeaseOnly) => current.lease_expires_at <= SystemTime::now(),
+            Some(Defect::TakeoverFencedOnLeaseOnly) => {
+                current.lease_expires_at <= SystemTime::now()
+            }
             _ => current.version == existing.version,
         };
         match self.visible(unit, &key) {

@@ -161,7 +161,9 @@ async fn failures_name_the_rule_the_step_and_the_identity() {
     ] {
         for (case, why) in caught_for(defect).await.failures() {
             assert!(
-                why.starts_with("rule `") && why.contains("\n  step: ") && why.contains("expected: ")
+                why.starts_with("rule `")
+                    && why.contains("\n  step: ")
+                    && why.contains("expected: ")
                     && why.contains("seen: "),
                 "{defect:?} in {case}: the message does not name rule, step, expected and seen: {why}"
             );

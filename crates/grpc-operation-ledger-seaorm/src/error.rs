@@ -4,7 +4,6 @@
 //! or detail can quote the values of a row (its key hash, its caller), and none of that belongs in
 //! an error a client may see.
 
-
 use grpc_core_api::store_errors::{During, from_mysql_error, from_sqlite_code, from_sqlstate};
 use grpc_core_api::{LedgerError, UnavailableKind};
 use sea_orm::{DbErr, RuntimeErr, error::ConnAcquireErr, sqlx};

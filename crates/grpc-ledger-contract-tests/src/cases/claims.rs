@@ -17,7 +17,10 @@ pub async fn claim_new_identity<F: LedgerFixture>(fixture: &F) {
     at_row.eq(record.request_fingerprint, request("x"));
     // The lookup reports the same record and a lease that has (almost) all of its time left.
     let step = "look the new claim up";
-    let looked_up = expect_ok(ledger.look_up(&id).await, at(Rule::LookUpLeaseLeft, step, &id));
+    let looked_up = expect_ok(
+        ledger.look_up(&id).await,
+        at(Rule::LookUpLeaseLeft, step, &id),
+    );
     let Some((looked_up, left)) = looked_up else {
         at(Rule::LookUpLeaseLeft, step, &id).fail("Some((record, lease left))", None::<()>);
     };
@@ -28,9 +31,15 @@ pub async fn claim_new_identity<F: LedgerFixture>(fixture: &F) {
         left,
     );
     let committed = ledger.mark_committed(&id, version, &outcome("p")).await;
-    expect_ok(committed, at(Rule::TransitionRecords, "commit the claim", &id));
+    expect_ok(
+        committed,
+        at(Rule::TransitionRecords, "commit the claim", &id),
+    );
     let step = "look the finished operation up";
-    let looked_up = expect_ok(ledger.look_up(&id).await, at(Rule::LookUpLeaseLeft, step, &id));
+    let looked_up = expect_ok(
+        ledger.look_up(&id).await,
+        at(Rule::LookUpLeaseLeft, step, &id),
+    );
     at(Rule::LookUpLeaseLeft, step, &id).eq(looked_up.map(|(_, left)| left), Some(Duration::ZERO));
 }
 
@@ -41,16 +50,18 @@ pub async fn claim_after_commit_replays<F: LedgerFixture>(fixture: &F) {
     let ledger = store.autocommit();
     let id = identity("tenant-a", CREATE, "committed");
     let version = claim_new(&*ledger, &id, LONG).await;
-    let committed = ledger.mark_committed(&id, version, &outcome("payment-1")).await;
-    let committed = expect_ok(committed, at(Rule::TransitionRecords, "commit the claim", &id));
+    let committed = ledger
+        .mark_committed(&id, version, &outcome("payment-1"))
+        .await;
+    let committed = expect_ok(
+        committed,
+        at(Rule::TransitionRecords, "commit the claim", &id),
+    );
     at(Rule::TransitionRecords, "commit the claim", &id).eq(committed, version.next());
     let before = stored(&store, &id).await;
     let record = replayed(&*ledger, &id, "x").await;
     let step = "claim the committed identity again";
-    at(Rule::ClaimReplays, step, &id).eq(
-        record.outcome_reference(),
-        Some(&outcome("payment-1")),
-    );
+    at(Rule::ClaimReplays, step, &id).eq(record.outcome_reference(), Some(&outcome("payment-1")));
     at(Rule::ClaimReplays, step, &id).eq(record.version, committed);
     at(Rule::ClaimReplays, "read the row after the replay", &id)
         .eq(stored(&store, &id).await, before);
@@ -72,7 +83,10 @@ pub async fn claim_after_failure_replays_the_failure<F: LedgerFixture>(fixture: 
         .with_details(&details)
         .expect("details within the bound");
     let failed = ledger.mark_failed(&id, version, &recorded).await;
-    expect_ok(failed, at(Rule::TransitionRecords, "record the failure", &id));
+    expect_ok(
+        failed,
+        at(Rule::TransitionRecords, "record the failure", &id),
+    );
     let record = replayed(&*ledger, &id, "x").await;
     let step = "claim the failed identity again";
     at(Rule::ClaimReplays, step, &id).eq(record.state(), OperationState::FailedTerminal);
@@ -97,7 +111,13 @@ pub async fn other_caller_or_method_is_independent<F: LedgerFixture>(fixture: &F
             &other,
         )
         .check(
-            matches!(answer, Ok(ClaimOutcome::Claimed { took_over: false, .. })),
+            matches!(
+                answer,
+                Ok(ClaimOutcome::Claimed {
+                    took_over: false,
+                    ..
+                })
+            ),
             "Ok(Claimed { took_over: false, .. }): a new operation",
             answer,
         );
@@ -119,7 +139,10 @@ pub async fn key_reused_with_another_request_is_refused<F: LedgerFixture>(fixtur
     );
     at(Rule::RequestMustMatch, step, &id).eq(stored(&store, &id).await, in_progress);
     let committed = ledger.mark_committed(&id, version, &outcome("p")).await;
-    expect_ok(committed, at(Rule::TransitionRecords, "commit the claim", &id));
+    expect_ok(
+        committed,
+        at(Rule::TransitionRecords, "commit the claim", &id),
+    );
     let committed = stored(&store, &id).await;
     let step = "claim the committed identity with another request";
     at(Rule::RequestMustMatch, step, &id).eq(

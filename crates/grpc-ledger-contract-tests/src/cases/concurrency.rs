@@ -47,7 +47,11 @@ pub async fn claims_under_contention_never_answer_internal<F: LedgerFixture>(fix
 async fn run_keyed_mutation<U: UnitOfWork>(unit: &U, id: &GrpcOperationIdentity, key: &str) {
     let ledger = unit.ledger();
     let version = claim_new(&*ledger, id, LONG).await;
-    let at = at(Rule::NoTransactionOfItsOwn, "claim, business write, mark committed in a unit", id);
+    let at = at(
+        Rule::NoTransactionOfItsOwn,
+        "claim, business write, mark committed in a unit",
+        id,
+    );
     expect_ok(unit.business_write(key).await, at);
     expect_ok(ledger.mark_committed(id, version, &outcome(key)).await, at);
 }
@@ -57,7 +61,10 @@ async fn run_keyed_mutation<U: UnitOfWork>(unit: &U, id: &GrpcOperationIdentity,
 pub async fn co_commit_rolls_back_and_commits_together<F: LedgerFixture>(fixture: &F) {
     let store = fixture.fresh_store().await;
     let id = identity("tenant-a", CREATE, "co-commit");
-    let unit = expect_ok(store.begin().await, at(Rule::NoTransactionOfItsOwn, "begin", &id));
+    let unit = expect_ok(
+        store.begin().await,
+        at(Rule::NoTransactionOfItsOwn, "begin", &id),
+    );
     run_keyed_mutation(&unit, &id, "co-commit").await;
     expect_ok(
         unit.rollback().await,
@@ -67,9 +74,15 @@ pub async fn co_commit_rolls_back_and_commits_together<F: LedgerFixture>(fixture
     at(Rule::NoTransactionOfItsOwn, step, &id).eq(store.autocommit().find(&id).await, Ok(None));
     at(Rule::NoTransactionOfItsOwn, step, &id).eq(store.business_rows("co-commit").await, 0);
 
-    let unit = expect_ok(store.begin().await, at(Rule::NoTransactionOfItsOwn, "begin", &id));
+    let unit = expect_ok(
+        store.begin().await,
+        at(Rule::NoTransactionOfItsOwn, "begin", &id),
+    );
     run_keyed_mutation(&unit, &id, "co-commit").await;
-    expect_ok(unit.commit().await, at(Rule::NoTransactionOfItsOwn, "commit", &id));
+    expect_ok(
+        unit.commit().await,
+        at(Rule::NoTransactionOfItsOwn, "commit", &id),
+    );
     let record = stored(&store, &id).await;
     let step = "read the claim and the write after the commit";
     at(Rule::NoTransactionOfItsOwn, step, &id).eq(record.state(), OperationState::Committed);
@@ -110,10 +123,8 @@ pub async fn concurrent_claims_have_exactly_one_owner<F: LedgerFixture>(fixture:
             let answer = task.await.expect("task").and_then(|answer| answer);
             match answer {
                 Ok(ClaimOutcome::Claimed { .. }) => owners += 1,
-                Ok(ClaimOutcome::Completed(record)) => at(Rule::ClaimReplays, step, &id).eq(
-                    record.outcome_reference(),
-                    Some(&outcome(&key)),
-                ),
+                Ok(ClaimOutcome::Completed(record)) => at(Rule::ClaimReplays, step, &id)
+                    .eq(record.outcome_reference(), Some(&outcome(&key))),
                 ref other if losing_answer_allowed(other, &capabilities) => {}
                 other => at(Rule::ContentionIsRetryable, step, &id).fail(
                     "Claimed, Completed, InProgress, InFlight or a retryable error",
@@ -166,10 +177,8 @@ pub async fn concurrent_transitions_have_exactly_one_winner<F: LedgerFixture>(fi
             Err(LedgerError::Unavailable {
                 kind: UnavailableKind::SerializationFailure,
             }) => {}
-            other => at(Rule::OneTransitionWins, step, &id).fail(
-                "Ok, AlreadyCompleted or a retryable error",
-                other,
-            ),
+            other => at(Rule::OneTransitionWins, step, &id)
+                .fail("Ok, AlreadyCompleted or a retryable error", other),
         }
     }
     at(Rule::OneTransitionWins, step, &id).check(
@@ -178,7 +187,8 @@ pub async fn concurrent_transitions_have_exactly_one_winner<F: LedgerFixture>(fi
         format_args!("winners {winners:?}"),
     );
     let record = stored(&*store, &id).await;
-    at(Rule::TransitionRecords, "read the row after the race", &id).eq(record.version, version.next());
+    at(Rule::TransitionRecords, "read the row after the race", &id)
+        .eq(record.version, version.next());
 }
 
 /// Rule [`Rule::BoundedWaitBehindAClaim`]: a duplicate behind another unit's uncommitted claim
@@ -192,7 +202,11 @@ pub async fn duplicate_behind_uncommitted_claim_is_in_flight<F: LedgerFixture>(f
     let id = identity("tenant-a", CREATE, "blocked");
     let holder = expect_ok(
         store.begin().await,
-        at(Rule::BoundedWaitBehindAClaim, "begin the holder's unit", &id),
+        at(
+            Rule::BoundedWaitBehindAClaim,
+            "begin the holder's unit",
+            &id,
+        ),
     );
     let version = claim_new(&*holder.ledger(), &id, LONG).await;
     let started = Instant::now();
@@ -236,14 +250,32 @@ pub async fn duplicate_behind_uncommitted_claim_is_in_flight<F: LedgerFixture>(f
         format_args!("an answer after {waited:?}"),
     );
 
-    let committed = holder.ledger().mark_committed(&id, version, &outcome("first")).await;
-    expect_ok(committed, at(Rule::TransitionRecords, "the holder commits its claim", &id));
+    let committed = holder
+        .ledger()
+        .mark_committed(&id, version, &outcome("first"))
+        .await;
+    expect_ok(
+        committed,
+        at(Rule::TransitionRecords, "the holder commits its claim", &id),
+    );
     expect_ok(
         holder.commit().await,
-        at(Rule::NoTransactionOfItsOwn, "the holder commits its unit", &id),
+        at(
+            Rule::NoTransactionOfItsOwn,
+            "the holder commits its unit",
+            &id,
+        ),
     );
-    let replay = store.autocommit().claim(&id, &request("x"), lease(LONG)).await;
-    at(Rule::ClaimReplays, "claim again after the holder committed", &id).check(
+    let replay = store
+        .autocommit()
+        .claim(&id, &request("x"), lease(LONG))
+        .await;
+    at(
+        Rule::ClaimReplays,
+        "claim again after the holder committed",
+        &id,
+    )
+    .check(
         matches!(replay, Ok(ClaimOutcome::Completed(_))),
         "Ok(Completed(record))",
         replay,
@@ -260,8 +292,15 @@ async fn first_commit_wins<S: LedgerStore>(
     rival: S::Unit,
 ) {
     let id = identity("tenant-a", CREATE, "blocked");
-    let at_holder = at(Rule::OneOwnerPerIdentity, "the holder on the first primary finishes", &id);
-    let marked = holder.ledger().mark_committed(&id, holder_version, &outcome("first")).await;
+    let at_holder = at(
+        Rule::OneOwnerPerIdentity,
+        "the holder on the first primary finishes",
+        &id,
+    );
+    let marked = holder
+        .ledger()
+        .mark_committed(&id, holder_version, &outcome("first"))
+        .await;
     expect_ok(marked, at_holder);
     expect_ok(holder.commit().await, at_holder);
     // The store may tell the rival at its next statement or only at its commit.
@@ -272,8 +311,15 @@ async fn first_commit_wins<S: LedgerStore>(
             .mark_committed(&id, record.version, &outcome("second"))
             .await
             .map(|_| ()),
-        Ok(None) => at(Rule::NoTransactionOfItsOwn, "the rival reads its own claim", &id)
-            .fail("Ok(Some(record))", Ok::<_, LedgerError>(None::<OperationRecord>)),
+        Ok(None) => at(
+            Rule::NoTransactionOfItsOwn,
+            "the rival reads its own claim",
+            &id,
+        )
+        .fail(
+            "Ok(Some(record))",
+            Ok::<_, LedgerError>(None::<OperationRecord>),
+        ),
         Err(error) => Err(error),
     };
     let committed = match marked {
@@ -283,7 +329,12 @@ async fn first_commit_wins<S: LedgerStore>(
             Err(error)
         }
     };
-    at(Rule::OneOwnerPerIdentity, "the rival on another primary commits second", &id).eq(
+    at(
+        Rule::OneOwnerPerIdentity,
+        "the rival on another primary commits second",
+        &id,
+    )
+    .eq(
         committed,
         Err(LedgerError::unavailable(
             UnavailableKind::SerializationFailure,
@@ -303,7 +354,10 @@ pub async fn killed_connection_is_unavailable_and_retry_succeeds<F: LedgerFixtur
     };
     let store = fixture.fresh_store().await;
     let id = identity("tenant-a", CREATE, "killed");
-    let unit = expect_ok(store.begin().await, at(Rule::LostConnectionIsUnavailable, "begin", &id));
+    let unit = expect_ok(
+        store.begin().await,
+        at(Rule::LostConnectionIsUnavailable, "begin", &id),
+    );
     let version = claim_new(&*unit.ledger(), &id, LONG).await;
     expect_ok(
         unit.business_write("killed").await,
@@ -335,6 +389,10 @@ pub async fn killed_connection_is_unavailable_and_retry_succeeds<F: LedgerFixtur
         retry.commit().await,
         at(Rule::LostConnectionIsUnavailable, "commit the retry", &id),
     );
-    at(Rule::LostConnectionIsUnavailable, "count the business rows after the retry", &id)
-        .eq(store.business_rows("killed").await, 1);
+    at(
+        Rule::LostConnectionIsUnavailable,
+        "count the business rows after the retry",
+        &id,
+    )
+    .eq(store.business_rows("killed").await, 1);
 }

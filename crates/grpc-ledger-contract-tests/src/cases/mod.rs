@@ -40,8 +40,7 @@ const CREATE: &str = "/payments.v1.Payments/CreatePayment";
 /// The key each identity the cases made was built from, by key hash, so that a failure can say
 /// which operation it was about in the case's own words.
 fn key_labels() -> &'static Mutex<HashMap<String, String>> {
-    static LABELS: std::sync::OnceLock<Mutex<HashMap<String, String>>> =
-        std::sync::OnceLock::new();
+    static LABELS: std::sync::OnceLock<Mutex<HashMap<String, String>>> = std::sync::OnceLock::new();
     LABELS.get_or_init(Mutex::default)
 }
 
@@ -161,10 +160,8 @@ async fn claim_new(
             version,
             took_over: false,
         }) => version,
-        other => at(Rule::ClaimNew, "claim an identity that has no row", id).fail(
-            "Ok(Claimed { version, took_over: false })",
-            other,
-        ),
+        other => at(Rule::ClaimNew, "claim an identity that has no row", id)
+            .fail("Ok(Claimed { version, took_over: false })", other),
     }
 }
 
@@ -175,7 +172,9 @@ async fn claim_and_commit(
     reference: &str,
 ) -> Version {
     let version = claim_new(ledger, id, LONG).await;
-    let committed = ledger.mark_committed(id, version, &outcome(reference)).await;
+    let committed = ledger
+        .mark_committed(id, version, &outcome(reference))
+        .await;
     match committed {
         Ok(next) => next,
         Err(error) => at(

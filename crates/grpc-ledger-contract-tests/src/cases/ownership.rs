@@ -24,6 +24,9 @@ struct Contention {
     finishers: Vec<String>,
     /// The outcome every replay carried.
     replays: Vec<Option<String>>,
+    /// Owners whose own transition, in their own unit, was refused as LostOwnership: the version
+    /// they were handed was not theirs.
+    not_owners: Vec<String>,
     /// Answers no contended claim may give.
     unexpected: Vec<String>,
 }
@@ -76,6 +79,9 @@ async fn contend<S: LedgerStore + 'static>(
                             .replays
                             .push(record.outcome_reference().map(|o| o.as_str().to_owned())),
                         other if losing_answer_allowed(other, &caps) => {}
+                        Err(lost @ LedgerError::LostOwnership { .. }) if in_units => seen
+                            .not_owners
+                            .push(format!("task {task} round {round}: {lost:?}")),
                         other => seen.unexpected.push(format!("{other:?}")),
                     }
                 }
@@ -159,23 +165,42 @@ async fn judge<S: LedgerStore>(store: &S, id: &GrpcOperationIdentity, seen: Cont
             ),
         );
     }
+    if let Some(refused) = seen.not_owners.first() {
+        at(Rule::OneOwnerPerVersion, &step, id).fail(
+            "an owner finishes its own claim inside its own unit",
+            format_args!(
+                "{refused}: the version it was handed had moved on ({} such owners)",
+                seen.not_owners.len()
+            ),
+        );
+    }
     at(Rule::FinishedOnce, &step, id).check(
         seen.finishers.len() <= 1,
         "at most one owner marks the operation committed",
-        format_args!("{} owners committed it: {:?}", seen.finishers.len(), seen.finishers),
+        format_args!(
+            "{} owners committed it: {:?}",
+            seen.finishers.len(),
+            seen.finishers
+        ),
     );
     let row = store.autocommit().find(id).await;
     let row = expect_ok(row, at(Rule::FinishedOnce, "read the contended row", id));
     let recorded = row
         .as_ref()
         .and_then(|row| row.outcome_reference().map(|o| o.as_str().to_owned()));
-    at(Rule::FinishedOnce, "compare the row with the owner that finished it", id)
-        .eq(recorded.clone(), seen.finishers.first().cloned());
+    at(
+        Rule::FinishedOnce,
+        "compare the row with the owner that finished it",
+        id,
+    )
+    .eq(recorded.clone(), seen.finishers.first().cloned());
     if let Some(replay) = seen.replays.iter().find(|replay| **replay != recorded) {
-        at(Rule::FinishedOnce, "compare every replay with the stored outcome", id).fail(
-            format_args!("{recorded:?}"),
-            replay,
-        );
+        at(
+            Rule::FinishedOnce,
+            "compare every replay with the stored outcome",
+            id,
+        )
+        .fail(format_args!("{recorded:?}"), replay);
     }
 }
 
@@ -207,9 +232,7 @@ pub async fn contended_claims_in_units_never_hand_a_version_twice<F: LedgerFixtu
 /// Rule [`Rule::WaiterReplaysTheCommit`]: a duplicate claim that waits behind another unit's
 /// uncommitted claim, and is still waiting when that unit commits, replays the committed
 /// operation. Five rounds, so that the duplicate has certainly been waiting in some.
-pub async fn duplicate_that_waited_replays_once_the_holder_commits<F: LedgerFixture>(
-    fixture: &F,
-) {
+pub async fn duplicate_that_waited_replays_once_the_holder_commits<F: LedgerFixture>(fixture: &F) {
     let caps = fixture.capabilities();
     let store = Arc::new(fixture.fresh_store().await);
     for round in 0..5 {
@@ -222,7 +245,11 @@ pub async fn duplicate_that_waited_replays_once_the_holder_commits<F: LedgerFixt
         let version = claim_new(&*holder.ledger(), &id, LONG).await;
         expect_ok(
             holder.business_write(&key).await,
-            at(Rule::WaiterReplaysTheCommit, "the holder's business write", &id),
+            at(
+                Rule::WaiterReplaysTheCommit,
+                "the holder's business write",
+                &id,
+            ),
         );
         let waiter = {
             let (store, id) = (Arc::clone(&store), id.clone());
@@ -245,21 +272,34 @@ pub async fn duplicate_that_waited_replays_once_the_holder_commits<F: LedgerFixt
             .await;
         expect_ok(
             committed,
-            at(Rule::WaiterReplaysTheCommit, "the holder marks its claim committed", &id),
+            at(
+                Rule::WaiterReplaysTheCommit,
+                "the holder marks its claim committed",
+                &id,
+            ),
         );
         expect_ok(
             holder.commit().await,
-            at(Rule::WaiterReplaysTheCommit, "the holder commits its unit", &id),
+            at(
+                Rule::WaiterReplaysTheCommit,
+                "the holder commits its unit",
+                &id,
+            ),
         );
         let step = "the duplicate that waited behind the holder answers after the holder committed";
         let waited = tokio::time::timeout(caps.claim_wait + Duration::from_secs(5), waiter).await;
         let Ok(joined) = waited else {
             at(Rule::BoundedWaitBehindAClaim, step, &id).fail(
                 "an answer within the claim wait",
-                format_args!("no answer after {:?}", caps.claim_wait + Duration::from_secs(5)),
+                format_args!(
+                    "no answer after {:?}",
+                    caps.claim_wait + Duration::from_secs(5)
+                ),
             );
         };
-        let answer = joined.expect("the waiter's task panicked").and_then(|answer| answer);
+        let answer = joined
+            .expect("the waiter's task panicked")
+            .and_then(|answer| answer);
         match answer {
             Ok(ClaimOutcome::Completed(record)) => {
                 at(Rule::WaiterReplaysTheCommit, step, &id).eq(
@@ -273,13 +313,16 @@ pub async fn duplicate_that_waited_replays_once_the_holder_commits<F: LedgerFixt
             Err(LedgerError::Unavailable {
                 kind: UnavailableKind::StoreBusy,
             }) if !caps.concurrent_writers => {}
-            other => at(Rule::WaiterReplaysTheCommit, step, &id).fail(
-                "Ok(Completed(the holder's record))",
-                other,
-            ),
+            other => at(Rule::WaiterReplaysTheCommit, step, &id)
+                .fail("Ok(Completed(the holder's record))", other),
         }
         let rows = store.business_rows(&key).await;
-        at(Rule::OneOwnerPerIdentity, "count the operation's business rows", &id).eq(rows, 1);
+        at(
+            Rule::OneOwnerPerIdentity,
+            "count the operation's business rows",
+            &id,
+        )
+        .eq(rows, 1);
     }
 }
 
@@ -309,7 +352,10 @@ pub async fn claims_are_bounded_behind_a_table_lock<F: LedgerFixture>(fixture: &
                     let _ = unit.rollback().await;
                     answer
                 } else {
-                    store.autocommit().claim(&id, &request("x"), lease(LONG)).await
+                    store
+                        .autocommit()
+                        .claim(&id, &request("x"), lease(LONG))
+                        .await
                 }
             })
         };
@@ -317,7 +363,12 @@ pub async fn claims_are_bounded_behind_a_table_lock<F: LedgerFixture>(fixture: &
         // of hanging it; the task is left to end when the lock is released.
         let answer = tokio::time::timeout(allowed + Duration::from_secs(3), claim).await;
         let waited = started.elapsed();
-        answers.push((how, id, answer.map(|joined| joined.expect("claim task")), waited));
+        answers.push((
+            how,
+            id,
+            answer.map(|joined| joined.expect("claim task")),
+            waited,
+        ));
     }
     held.release().await;
     for (how, id, answer, waited) in answers {

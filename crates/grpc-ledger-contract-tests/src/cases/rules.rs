@@ -107,9 +107,7 @@ impl Rule {
             Rule::ClaimReplays => {
                 "a claim of a finished identity replays the stored record and rewrites nothing"
             }
-            Rule::IdentityHasThreeParts => {
-                "caller, method and key hash together name an operation"
-            }
+            Rule::IdentityHasThreeParts => "caller, method and key hash together name an operation",
             Rule::RequestMustMatch => {
                 "a different request under an existing identity is KeyReusedWithDifferentRequest \
                  and the row is untouched"

@@ -15,7 +15,10 @@ pub async fn purge_deletes_only_old_finished_rows<F: LedgerFixture>(fixture: &F)
         } else {
             ledger.mark_failed(&id, version, &failure("f")).await
         };
-        expect_ok(finished, at(Rule::TransitionRecords, "finish an operation to purge", &id));
+        expect_ok(
+            finished,
+            at(Rule::TransitionRecords, "finish an operation to purge", &id),
+        );
     }
     let open = identity("tenant-a", CREATE, "open");
     claim_new(&*ledger, &open, 1).await;
@@ -30,13 +33,17 @@ pub async fn purge_deletes_only_old_finished_rows<F: LedgerFixture>(fixture: &F)
     // IN_PROGRESS survival is checked first, so that a purge that deletes it is named as such
     // rather than as a wrong count.
     let first = ledger.purge(retention, limit(3)).await;
-    let step = "purge with a 1 s retention and a limit of 3, then look for the expired IN_PROGRESS claim";
+    let step =
+        "purge with a 1 s retention and a limit of 3, then look for the expired IN_PROGRESS claim";
     at(Rule::PurgeOnlyOldFinished, step, &open).check(
         matches!(ledger.find(&open).await, Ok(Some(_))),
         "the IN_PROGRESS row (its lease long expired) is still there",
         format_args!("it was purged (purge answered {first:?})"),
     );
-    let purging = at_store(Rule::PurgeOnlyOldFinished, "purge 5 old finished rows, limit 3");
+    let purging = at_store(
+        Rule::PurgeOnlyOldFinished,
+        "purge 5 old finished rows, limit 3",
+    );
     purging.eq(first, Ok(3));
     let second = ledger.purge(retention, limit(100)).await;
     purging.check(
@@ -44,16 +51,26 @@ pub async fn purge_deletes_only_old_finished_rows<F: LedgerFixture>(fixture: &F)
         "the IN_PROGRESS row is still there after a second purge",
         format_args!("it was purged (purge answered {second:?})"),
     );
-    at_store(Rule::PurgeOnlyOldFinished, "purge the 2 old finished rows left, limit 100")
-        .eq(second, Ok(2));
-    at_store(Rule::PurgeOnlyOldFinished, "purge again: nothing old is left")
-        .eq(ledger.purge(retention, limit(100)).await, Ok(0));
-    at(Rule::PurgeOnlyOldFinished, "look for the row finished within the retention", &young)
-        .check(
-            matches!(ledger.find(&young).await, Ok(Some(_))),
-            "rows younger than the retention stay",
-            "it was purged",
-        );
+    at_store(
+        Rule::PurgeOnlyOldFinished,
+        "purge the 2 old finished rows left, limit 100",
+    )
+    .eq(second, Ok(2));
+    at_store(
+        Rule::PurgeOnlyOldFinished,
+        "purge again: nothing old is left",
+    )
+    .eq(ledger.purge(retention, limit(100)).await, Ok(0));
+    at(
+        Rule::PurgeOnlyOldFinished,
+        "look for the row finished within the retention",
+        &young,
+    )
+    .check(
+        matches!(ledger.find(&young).await, Ok(Some(_))),
+        "rows younger than the retention stay",
+        "it was purged",
+    );
     at_store(Rule::PurgeOnlyOldFinished, "count the rows left").eq(store.ledger_rows().await, 2);
 }
 
@@ -75,7 +92,10 @@ pub async fn store_refuses_rows_it_could_not_replay<F: LedgerFixture>(fixture: &
         failure_code: code,
         failure_message: message,
     };
-    let legal = at_store(Rule::StoreRefusesIllegalRows, "write legal rows around the adapter");
+    let legal = at_store(
+        Rule::StoreRefusesIllegalRows,
+        "write legal rows around the adapter",
+    );
     legal.check(
         store.write_raw_row(committed(Some("payment-1"))).await,
         "a legal committed row is accepted",
@@ -120,14 +140,21 @@ pub async fn store_refuses_rows_it_could_not_replay<F: LedgerFixture>(fixture: &
         ),
     ];
     for (what, row) in illegal {
-        at_store(Rule::StoreRefusesIllegalRows, "write an illegal row around the adapter").check(
+        at_store(
+            Rule::StoreRefusesIllegalRows,
+            "write an illegal row around the adapter",
+        )
+        .check(
             !store.write_raw_row(row).await,
             format_args!("the store refuses {what}"),
             row,
         );
     }
-    at_store(Rule::StoreRefusesIllegalRows, "count the rows: only the legal ones")
-        .eq(store.ledger_rows().await, 2);
+    at_store(
+        Rule::StoreRefusesIllegalRows,
+        "count the rows: only the legal ones",
+    )
+    .eq(store.ledger_rows().await, 2);
 }
 
 /// Rule [`Rule::ConcurrentMigrations`]: sixteen processes start together on a store without the ledger's schema and each applies the
@@ -142,7 +169,10 @@ pub async fn concurrent_starts_migrate_once<F: LedgerFixture>(fixture: &F) {
     for migrated in join_all(starts).await {
         expect_ok(
             migrated,
-            at_store(Rule::ConcurrentMigrations, "16 starts migrate the same store at once"),
+            at_store(
+                Rule::ConcurrentMigrations,
+                "16 starts migrate the same store at once",
+            ),
         );
     }
     claim_and_commit(
@@ -195,6 +225,10 @@ pub async fn bad_input_never_writes_a_row<F: LedgerFixture>(fixture: &F) {
     expect_ok(committed, at(Rule::BoundParameters, step, &hostile));
     let record = stored(&store, &hostile).await;
     at(Rule::BoundParameters, step, &hostile).eq(record.outcome_reference(), Some(&evil));
-    at(Rule::BoundParameters, "count the rows: only the one valid claim", &hostile)
-        .eq(store.ledger_rows().await, 1);
+    at(
+        Rule::BoundParameters,
+        "count the rows: only the one valid claim",
+        &hostile,
+    )
+    .eq(store.ledger_rows().await, 1);
 }

@@ -9,11 +9,21 @@ pub async fn transitions_without_claim_are_not_claimed<F: LedgerFixture>(fixture
     let ledger = store.autocommit();
     let id = identity("tenant-a", CREATE, "never-claimed");
     let any_version = Version::fresh(1_764_700_000_000, 7);
-    at(Rule::TransitionNeedsClaim, "mark an unclaimed identity committed", &id).eq(
+    at(
+        Rule::TransitionNeedsClaim,
+        "mark an unclaimed identity committed",
+        &id,
+    )
+    .eq(
         ledger.mark_committed(&id, any_version, &outcome("p")).await,
         Err(LedgerError::NotClaimed),
     );
-    at(Rule::TransitionNeedsClaim, "mark an unclaimed identity failed", &id).eq(
+    at(
+        Rule::TransitionNeedsClaim,
+        "mark an unclaimed identity failed",
+        &id,
+    )
+    .eq(
         ledger.mark_failed(&id, any_version, &failure("f")).await,
         Err(LedgerError::NotClaimed),
     );
@@ -34,11 +44,23 @@ pub async fn transitions_twice_are_already_completed<F: LedgerFixture>(fixture: 
     let done = Err(LedgerError::AlreadyCompleted {
         state: OperationState::Committed,
     });
-    at(Rule::TransitionOfFinished, "mark the committed operation committed again", &id).eq(
-        ledger.mark_committed(&id, version, &outcome("second")).await,
+    at(
+        Rule::TransitionOfFinished,
+        "mark the committed operation committed again",
+        &id,
+    )
+    .eq(
+        ledger
+            .mark_committed(&id, version, &outcome("second"))
+            .await,
         done.clone(),
     );
-    at(Rule::TransitionOfFinished, "mark the committed operation failed", &id).eq(
+    at(
+        Rule::TransitionOfFinished,
+        "mark the committed operation failed",
+        &id,
+    )
+    .eq(
         ledger.mark_failed(&id, version, &failure("late")).await,
         done,
     );
@@ -61,15 +83,28 @@ pub async fn transitions_with_stale_version_lose_ownership<F: LedgerFixture>(fix
         expected: wrong,
         current: version,
     });
-    at(Rule::TransitionFenced, "mark committed naming another version", &id).eq(
+    at(
+        Rule::TransitionFenced,
+        "mark committed naming another version",
+        &id,
+    )
+    .eq(
         ledger.mark_committed(&id, wrong, &outcome("p")).await,
         lost.clone(),
     );
-    at(Rule::TransitionFenced, "mark failed naming another version", &id)
-        .eq(ledger.mark_failed(&id, wrong, &failure("f")).await, lost);
+    at(
+        Rule::TransitionFenced,
+        "mark failed naming another version",
+        &id,
+    )
+    .eq(ledger.mark_failed(&id, wrong, &failure("f")).await, lost);
     let record = stored(&store, &id).await;
-    at(Rule::TransitionFenced, "read the row after the refused transitions", &id)
-        .eq(record.state(), OperationState::InProgress);
+    at(
+        Rule::TransitionFenced,
+        "read the row after the refused transitions",
+        &id,
+    )
+    .eq(record.state(), OperationState::InProgress);
 }
 
 /// Rule [`Rule::ExpiredLeaseTakenOver`]: an expired lease is taken over with a new version; the
@@ -88,29 +123,44 @@ pub async fn expired_lease_is_taken_over_and_old_owner_fenced<F: LedgerFixture>(
         );
     // Waits out the lease by the store's clock.
     tokio::time::sleep(Duration::from_millis(300)).await;
-    at(Rule::ExpiredLeaseTakenOver, "claim after the first owner's lease ran out", &id).eq(
+    at(
+        Rule::ExpiredLeaseTakenOver,
+        "claim after the first owner's lease ran out",
+        &id,
+    )
+    .eq(
         ledger.claim(&id, &request("x"), lease(LONG)).await,
         Ok(ClaimOutcome::Claimed {
             version: first.next(),
             took_over: true,
         }),
     );
-    at(Rule::ExpiredLeaseTakenOver, "the first owner marks committed after the takeover", &id)
-        .eq(
-            ledger.mark_committed(&id, first, &outcome("old")).await,
-            Err(LedgerError::LostOwnership {
-                expected: first,
-                current: first.next(),
-            }),
-        );
-    let committed = ledger.mark_committed(&id, first.next(), &outcome("new")).await;
+    at(
+        Rule::ExpiredLeaseTakenOver,
+        "the first owner marks committed after the takeover",
+        &id,
+    )
+    .eq(
+        ledger.mark_committed(&id, first, &outcome("old")).await,
+        Err(LedgerError::LostOwnership {
+            expected: first,
+            current: first.next(),
+        }),
+    );
+    let committed = ledger
+        .mark_committed(&id, first.next(), &outcome("new"))
+        .await;
     expect_ok(
         committed,
         at(Rule::ExpiredLeaseTakenOver, "the new owner commits", &id),
     );
     let record = stored(&store, &id).await;
-    at(Rule::ExpiredLeaseTakenOver, "read the row after the new owner committed", &id)
-        .eq(record.outcome_reference(), Some(&outcome("new")));
+    at(
+        Rule::ExpiredLeaseTakenOver,
+        "read the row after the new owner committed",
+        &id,
+    )
+    .eq(record.outcome_reference(), Some(&outcome("new")));
 }
 
 /// Rule [`Rule::VersionsNeverRepeat`]: owner A stalls past its lease, B takes over and commits,
@@ -128,8 +178,12 @@ pub async fn stale_owner_cannot_complete_a_claim_made_after_purge<F: LedgerFixtu
             version,
             took_over: true,
         }) => version,
-        other => at(Rule::ExpiredLeaseTakenOver, "B claims after A's 50 ms lease ran out", &id)
-            .fail("Ok(Claimed { version, took_over: true })", other),
+        other => at(
+            Rule::ExpiredLeaseTakenOver,
+            "B claims after A's 50 ms lease ran out",
+            &id,
+        )
+        .fail("Ok(Claimed { version, took_over: true })", other),
     };
     let by_b = ledger.mark_committed(&id, b, &outcome("by-b")).await;
     expect_ok(by_b, at(Rule::TransitionRecords, "B commits", &id));
@@ -155,14 +209,23 @@ pub async fn stale_owner_cannot_complete_a_claim_made_after_purge<F: LedgerFixtu
             lost.clone(),
         );
         let step = "a stale owner of the purged row marks C's claim failed";
-        at(Rule::VersionsNeverRepeat, step, &id)
-            .eq(ledger.mark_failed(&id, stale, &failure("stale")).await, lost);
+        at(Rule::VersionsNeverRepeat, step, &id).eq(
+            ledger.mark_failed(&id, stale, &failure("stale")).await,
+            lost,
+        );
     }
     let by_c = ledger.mark_committed(&id, c, &outcome("by-c")).await;
-    expect_ok(by_c, at(Rule::TransitionRecords, "C commits its own claim", &id));
+    expect_ok(
+        by_c,
+        at(Rule::TransitionRecords, "C commits its own claim", &id),
+    );
     let record = stored(&store, &id).await;
-    at(Rule::VersionsNeverRepeat, "read the row after C committed", &id)
-        .eq(record.outcome_reference(), Some(&outcome("by-c")));
+    at(
+        Rule::VersionsNeverRepeat,
+        "read the row after C committed",
+        &id,
+    )
+    .eq(record.outcome_reference(), Some(&outcome("by-c")));
 }
 
 /// Rule [`Rule::OneOwnerPerVersion`]: 16 units race to take one expired claim over, on many

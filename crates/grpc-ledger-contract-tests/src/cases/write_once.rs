@@ -12,7 +12,10 @@ pub async fn record_finished_writes_once_and_replays<F: LedgerFixture>(fixture: 
         at(Rule::RecordOnce, "record a new identity as finished", &id)
             .fail("Recorded(version)", recorded);
     };
-    expect_ok(unit.commit().await, at(Rule::RecordOnce, "commit the unit", &id));
+    expect_ok(
+        unit.commit().await,
+        at(Rule::RecordOnce, "commit the unit", &id),
+    );
     let record = stored(&store, &id).await;
     let step = "read the recorded row";
     at(Rule::RecordOnce, step, &id).eq(record.state(), OperationState::Committed);
@@ -26,7 +29,10 @@ pub async fn record_finished_writes_once_and_replays<F: LedgerFixture>(fixture: 
     let (unit, duplicate) = write_and_record(&store, &id, "write-once", &done("payment-2")).await;
     at(Rule::RecordOnce, "record the recorded identity again", &id)
         .eq(duplicate, RecordOutcome::Completed(Box::new(record)));
-    expect_ok(unit.rollback().await, at(Rule::RecordOnce, "roll back the duplicate", &id));
+    expect_ok(
+        unit.rollback().await,
+        at(Rule::RecordOnce, "roll back the duplicate", &id),
+    );
     at(Rule::RecordOnce, "count the business rows", &id)
         .eq(store.business_rows("write-once").await, 1);
 
@@ -44,7 +50,11 @@ pub async fn record_finished_writes_once_and_replays<F: LedgerFixture>(fixture: 
         )
         .await;
     let recorded = expect_ok(recorded, at_failed);
-    at_failed.check(matches!(recorded, RecordOutcome::Recorded(_)), "Recorded(version)", &recorded);
+    at_failed.check(
+        matches!(recorded, RecordOutcome::Recorded(_)),
+        "Recorded(version)",
+        &recorded,
+    );
     expect_ok(unit.commit().await, at_failed);
     let record = replayed(&*store.autocommit(), &failed, "y").await;
     at(Rule::ClaimReplays, "claim the recorded failure", &failed)
@@ -63,7 +73,11 @@ pub async fn record_finished_with_another_request_is_refused<F: LedgerFixture>(f
         .await;
     expect_ok(recorded, first);
     expect_ok(unit.commit().await, first);
-    let again = at(Rule::RequestMustMatch, "record it again for another request", &id);
+    let again = at(
+        Rule::RequestMustMatch,
+        "record it again for another request",
+        &id,
+    );
     let unit = expect_ok(store.begin().await, again);
     let reused = unit
         .ledger()
@@ -80,7 +94,11 @@ pub async fn record_finished_over_a_live_claim_is_in_progress<F: LedgerFixture>(
     let store = fixture.fresh_store().await;
     let id = identity("tenant-a", CREATE, "write-once-claimed");
     claim_new(&*store.autocommit(), &id, LONG).await;
-    let over = at(Rule::RecordOnce, "record an identity held by a live claim", &id);
+    let over = at(
+        Rule::RecordOnce,
+        "record an identity held by a live claim",
+        &id,
+    );
     let unit = expect_ok(store.begin().await, over);
     let answer = unit
         .ledger()
@@ -96,7 +114,10 @@ pub async fn record_finished_over_a_live_claim_is_in_progress<F: LedgerFixture>(
         retry_after,
     );
     expect_ok(unit.rollback().await, over);
-    over.eq(stored(&store, &id).await.state(), OperationState::InProgress);
+    over.eq(
+        stored(&store, &id).await.state(),
+        OperationState::InProgress,
+    );
 }
 
 /// Units on separate connections make their effects and record one identity at once: exactly
@@ -148,7 +169,10 @@ pub async fn concurrent_records_have_exactly_one_winner<F: LedgerFixture>(fixtur
     let race = at(Rule::RecordOnce, "8 units record one identity at once", &id);
     race.eq(winners, 1);
     race.eq(store.business_rows("write-once-race").await, 1);
-    race.eq(stored(&*store, &id).await.state(), OperationState::Committed);
+    race.eq(
+        stored(&*store, &id).await.state(),
+        OperationState::Committed,
+    );
 }
 
 /// Begins a unit, makes its business write `key`, and records `id` (request "x") as finished
@@ -159,7 +183,11 @@ async fn write_and_record<S: LedgerStore>(
     key: &str,
     completion: &Completion,
 ) -> (S::Unit, RecordOutcome) {
-    let step = at(Rule::RecordOnce, "business write, then record the operation finished", id);
+    let step = at(
+        Rule::RecordOnce,
+        "business write, then record the operation finished",
+        id,
+    );
     let unit = expect_ok(store.begin().await, step);
     expect_ok(unit.business_write(key).await, step);
     let recorded = unit

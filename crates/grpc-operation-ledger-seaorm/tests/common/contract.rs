@@ -173,7 +173,9 @@ impl HeldTableLock for HeldLedgerTable {
                     .await
                     .expect("unlock the ledger table");
             }
-            txn.rollback().await.expect("end the lock holder's transaction");
+            txn.rollback()
+                .await
+                .expect("end the lock holder's transaction");
         }
     }
 }
