@@ -64,6 +64,37 @@ pub enum Rule {
 }
 
 impl Rule {
+    /// Every rule, in the order the guide lists them.
+    pub const ALL: &'static [Rule] = &[
+        Rule::ClaimNew,
+        Rule::ClaimReplays,
+        Rule::IdentityHasThreeParts,
+        Rule::RequestMustMatch,
+        Rule::LookUpLeaseLeft,
+        Rule::LiveLeaseIsInProgress,
+        Rule::ExpiredLeaseTakenOver,
+        Rule::OneOwnerPerVersion,
+        Rule::FinishedOnce,
+        Rule::TransitionNeedsClaim,
+        Rule::TransitionOfFinished,
+        Rule::TransitionFenced,
+        Rule::TransitionRecords,
+        Rule::VersionsNeverRepeat,
+        Rule::NoTransactionOfItsOwn,
+        Rule::OneOwnerPerIdentity,
+        Rule::OneTransitionWins,
+        Rule::BoundedWaitBehindAClaim,
+        Rule::WaiterReplaysTheCommit,
+        Rule::BoundedWaitBehindTheTable,
+        Rule::LostConnectionIsUnavailable,
+        Rule::ContentionIsRetryable,
+        Rule::PurgeOnlyOldFinished,
+        Rule::StoreRefusesIllegalRows,
+        Rule::ConcurrentMigrations,
+        Rule::BoundParameters,
+        Rule::RecordOnce,
+    ];
+
     /// The rule's stable name, as the guide's headings use it.
     pub fn name(self) -> &'static str {
         match self {
