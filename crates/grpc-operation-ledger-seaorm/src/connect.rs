@@ -89,7 +89,8 @@ impl Default for LedgerConfig {
 }
 
 /// Opens (creating if missing) a SQLite file in WAL mode with the configured busy timeout, applies
-/// the ledger's migrations, and returns a pool ready for one process.
+/// the ledger's migrations, and returns a pool. Several processes may open the same new file at
+/// once: a start that finds the file busy tries again for up to 30 s.
 pub async fn open_sqlite(path: &Path, config: &LedgerConfig) -> Result<DatabaseConnection, DbErr> {
     let mut options = ConnectOptions::new(format!("sqlite://{}", path.display()));
     pool_options(&mut options, config);
@@ -104,7 +105,21 @@ pub async fn open_sqlite(path: &Path, config: &LedgerConfig) -> Result<DatabaseC
             .busy_timeout(busy_timeout)
             .foreign_keys(true)
     });
-    let db = Database::connect(options).await?;
+    // A new file is made a WAL file by the first connection: processes opening it at the same
+    // moment can find it locked before their busy timeout applies (seen with short timeouts), so a
+    // start that finds it busy tries again, as the migration does.
+    let started = std::time::Instant::now();
+    let db = loop {
+        match Database::connect(options.clone()).await {
+            Err(error)
+                if crate::migration::sqlite_busy(&error)
+                    && started.elapsed() < crate::migration::MIGRATION_PATIENCE =>
+            {
+                tokio::time::sleep(Duration::from_millis(25)).await;
+            }
+            connected => break connected?,
+        }
+    };
     crate::migrate(&db).await?;
     Ok(db)
 }

@@ -77,9 +77,9 @@ pub async fn migrate_with(
 }
 
 /// How long a SQLite start keeps trying while other processes hold the file.
-const MIGRATION_PATIENCE: std::time::Duration = std::time::Duration::from_secs(30);
+pub(crate) const MIGRATION_PATIENCE: std::time::Duration = std::time::Duration::from_secs(30);
 
-fn sqlite_busy(error: &DbErr) -> bool {
+pub(crate) fn sqlite_busy(error: &DbErr) -> bool {
     use sea_orm::{RuntimeErr, sqlx};
     let (DbErr::Conn(RuntimeErr::SqlxError(e))
     | DbErr::Exec(RuntimeErr::SqlxError(e))
