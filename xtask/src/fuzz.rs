@@ -9,7 +9,7 @@ use anyhow::{Context, Result, bail};
 
 use crate::cmd;
 
-const TARGETS: [&str; 3] = ["service_config", "method", "key"];
+const TARGETS: [&str; 4] = ["service_config", "method", "key", "request_fingerprint"];
 
 pub(crate) fn fuzz(seconds: u64, interrupted: &AtomicBool) -> Result<()> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
@@ -40,7 +40,8 @@ pub(crate) fn fuzz(seconds: u64, interrupted: &AtomicBool) -> Result<()> {
         if let Err(error) = cmd::run(&mut command, interrupted) {
             bail!(
                 "fuzz target {target} failed: {error:#}\nthe crashing input is under fuzz/artifacts/{target}; \
-                 fix the parser and add the input to its regression tests"
+                 fix the parser and keep the input in fuzz/regressions/{target}, which every \
+                 `cargo xtask test` replays"
             );
         }
         eprintln!("xtask: fuzz target {target}: no crash in {seconds} s");
