@@ -24,8 +24,8 @@ struct Contention {
     finishers: Vec<String>,
     /// The outcome every replay carried.
     replays: Vec<Option<String>>,
-    /// Owners whose own transition, in their own unit, was refused as LostOwnership: the version
-    /// they were handed was not theirs.
+    /// Owners whose own transition, in their own unit, was refused (LostOwnership, or
+    /// AlreadyCompleted: they were handed an operation already finished).
     not_owners: Vec<String>,
     /// Answers no contended claim may give.
     unexpected: Vec<String>,
@@ -79,7 +79,10 @@ async fn contend<S: LedgerStore + 'static>(
                             .replays
                             .push(record.outcome_reference().map(|o| o.as_str().to_owned())),
                         other if losing_answer_allowed(other, &caps) => {}
-                        Err(lost @ LedgerError::LostOwnership { .. }) if in_units => seen
+                        Err(
+                            lost @ (LedgerError::LostOwnership { .. }
+                            | LedgerError::AlreadyCompleted { .. }),
+                        ) if in_units => seen
                             .not_owners
                             .push(format!("task {task} round {round}: {lost:?}")),
                         other => seen.unexpected.push(format!("{other:?}")),
@@ -169,7 +172,8 @@ async fn judge<S: LedgerStore>(store: &S, id: &GrpcOperationIdentity, seen: Cont
         at(Rule::OneOwnerPerVersion, &step, id).fail(
             "an owner finishes its own claim inside its own unit",
             format_args!(
-                "{refused}: the version it was handed had moved on ({} such owners)",
+                "{refused}: the version it was handed had moved on or was already finished ({} \
+                 such owners)",
                 seen.not_owners.len()
             ),
         );

@@ -22,12 +22,26 @@ pub async fn purge_deletes_only_old_finished_rows<F: LedgerFixture>(fixture: &F)
     }
     let open = identity("tenant-a", CREATE, "open");
     claim_new(&*ledger, &open, 1).await;
+    // Claimed long ago, finished just now: its age is its completion's, not its claim's.
+    let late = identity("tenant-a", CREATE, "claimed-old-finished-young");
+    let late_version = claim_new(&*ledger, &late, LONG).await;
     // The old rows age past the retention by the store's clock; the young one is finished just
     // before the purge, well within it.
     let retention = Duration::from_millis(1_000);
     tokio::time::sleep(Duration::from_millis(1_500)).await;
     let young = identity("tenant-a", CREATE, "young");
     claim_and_commit(&*ledger, &young, "p").await;
+    let finished = ledger
+        .mark_committed(&late, late_version, &outcome("p"))
+        .await;
+    expect_ok(
+        finished,
+        at(
+            Rule::TransitionRecords,
+            "finish the operation claimed long ago",
+            &late,
+        ),
+    );
 
     let limit = |n| NonZeroU32::new(n).expect("non-zero");
     // IN_PROGRESS survival is checked first, so that a purge that deletes it is named as such
@@ -71,7 +85,17 @@ pub async fn purge_deletes_only_old_finished_rows<F: LedgerFixture>(fixture: &F)
         "rows younger than the retention stay",
         "it was purged",
     );
-    at_store(Rule::PurgeOnlyOldFinished, "count the rows left").eq(store.ledger_rows().await, 2);
+    at(
+        Rule::PurgeOnlyOldFinished,
+        "look for the row claimed before the retention but finished within it",
+        &late,
+    )
+    .check(
+        matches!(ledger.find(&late).await, Ok(Some(_))),
+        "a row's age is its completion's: it stays",
+        "it was purged (by its claim time?)",
+    );
+    at_store(Rule::PurgeOnlyOldFinished, "count the rows left").eq(store.ledger_rows().await, 3);
 }
 
 /// Rule [`Rule::StoreRefusesIllegalRows`]: rows written around the adapter (a support script, a backfill) that a replay could not use are
