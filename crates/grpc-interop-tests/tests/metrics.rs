@@ -9,7 +9,7 @@ use std::time::Duration;
 use grpc_core_api::{GrpcMethod, KeyHasher, OutcomeReference, RequestSchema};
 use grpc_interop_tests::raw_h2::{raw_server, refuse_first};
 use grpc_interop_tests::{DESCRIPTOR_SET, METHOD, ProbeServer, lazy_channel, pb};
-use grpc_ledger_contract_tests::InMemoryStore;
+use grpc_operation_ledger_memory::InMemoryStore;
 use grpc_policy::{GrpcRetryOwner, GrpcServiceConfigPolicy, MethodCatalog};
 use grpc_tonic::{AuthenticatedPrincipal, Committed, GuardConfig, KeyedMutationGuard, RetryLayer};
 use opentelemetry::metrics::MeterProvider;

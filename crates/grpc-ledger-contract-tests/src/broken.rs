@@ -1,10 +1,11 @@
-//! The double's deliberately broken behaviours, for the suite's own tests that prove it catches
-//! each one. Only those tests enable the `broken-doubles` feature (a dev-dependency of this crate
-//! on itself); without it nothing here is public, and the double users get is never broken.
+//! The catalogue of classic adapter defects the suite proves it catches: each is built into a
+//! broken variant of the in-memory double (`grpc-operation-ledger-memory`, feature
+//! `broken-doubles`, which only this crate's own tests enable), and
+//! `tests/broken_adapters.rs` shows the case that catches it and for which rule.
 
-/// A deliberately broken behaviour of the double.
+/// A classic defect of a ledger adapter, which some contract case must catch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[cfg_attr(not(feature = "broken-doubles"), allow(dead_code, unreachable_pub))]
+#[non_exhaustive]
 pub enum Defect {
     /// Claim overwrites an existing row, like an ORM save of an entity with a caller-assigned id.
     UpsertClaim,
@@ -31,29 +32,4 @@ pub enum Defect {
     /// A fresh claim starts at version 1 again, so a stalled owner of a purged row can complete
     /// the identity's next claim.
     RepeatingVersions,
-}
-
-#[cfg(feature = "broken-doubles")]
-mod constructors {
-    use std::time::Duration;
-
-    use super::Defect;
-    use crate::{InMemoryFixture, InMemoryStore};
-
-    impl InMemoryStore {
-        /// An empty store with `defect`.
-        pub fn with_defect(claim_wait: Duration, defect: Defect) -> Self {
-            Self::build(claim_wait, Some(defect))
-        }
-    }
-
-    impl InMemoryFixture {
-        /// Fresh stores with `defect`.
-        pub fn with_defect(claim_wait: Duration, defect: Defect) -> Self {
-            Self {
-                claim_wait,
-                defect: Some(defect),
-            }
-        }
-    }
 }

@@ -1,11 +1,14 @@
-//! The contract suite that every [`GrpcOperationLedger`] adapter must pass, and
-//! [`InMemoryOperationLedger`], the double that passes it honestly.
+//! The contract suite that every [`GrpcOperationLedger`] adapter must pass. The adapter author's
+//! guide is `docs/adapters.md`; the in-memory double that passes the suite honestly is the crate
+//! `grpc-operation-ledger-memory`.
 //!
 //! A store is correct exactly when it passes this suite against a real instance. The suite talks
 //! to a store through three small traits an adapter's test implements: [`LedgerFixture`] hands out
 //! a fresh, empty [`LedgerStore`] per case; the store begins [`UnitOfWork`]s, each on its own
 //! connection, with a ledger bound to that unit, a business write, commit and rollback. Stores
-//! differ only through [`Capabilities`], never by name.
+//! differ only through [`Capabilities`] and the optional hooks ([`Migrations`],
+//! [`ConnectionKiller`], [`TableLocking`]), never by name. Every failure names the [`Rule`] it saw
+//! broken.
 //!
 //! A third-party adapter runs the whole suite from one test (or, with
 //! `ledger_contract_tests!(MyFixture::new())`, one named test per case):
@@ -14,7 +17,8 @@
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() {
 //! use std::{sync::Arc, time::Duration};
-//! use grpc_ledger_contract_tests::{InMemoryFixture, run_all};
+//! use grpc_ledger_contract_tests::run_all;
+//! use grpc_operation_ledger_memory::InMemoryFixture; // the in-memory double's fixture
 //!
 //! // In your adapter's tests: `#[tokio::test] async fn passes_the_ledger_contract()`, with your
 //! // own fixture in place of the in-memory one.
@@ -46,7 +50,6 @@
 mod broken;
 pub mod cases;
 mod fixture;
-mod in_memory;
 #[cfg(feature = "containers")]
 pub mod servers;
 
@@ -55,9 +58,5 @@ pub use fixture::{
     Capabilities, ConnectionKiller, HeldTableLock, LedgerFixture, LedgerStore, Migrations, RawRow,
     TableLocking, UnitOfWork,
 };
-pub use in_memory::{InMemoryFixture, InMemoryOperationLedger, InMemoryStore, InMemoryUnit};
 
-/// The deliberately broken behaviours the suite's own tests use (feature `broken-doubles`); not
-/// part of the API.
-#[cfg(feature = "broken-doubles")]
 pub use broken::Defect;

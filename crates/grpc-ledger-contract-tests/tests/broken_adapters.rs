@@ -4,8 +4,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use grpc_ledger_contract_tests::Defect;
-use grpc_ledger_contract_tests::{CASES, InMemoryFixture, SuiteReport, run_report};
+use grpc_ledger_contract_tests::{CASES, Defect, SuiteReport, run_report};
+use grpc_operation_ledger_memory::InMemoryFixture;
 
 /// The suite's report on the double with `defect`.
 async fn caught_for(defect: Defect) -> SuiteReport {

@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
-use grpc_ledger_contract_tests::{InMemoryFixture, ledger_contract_tests};
+use grpc_ledger_contract_tests::ledger_contract_tests;
+use grpc_operation_ledger_memory::InMemoryFixture;
 
 ledger_contract_tests!(InMemoryFixture::new(Duration::from_millis(500)));

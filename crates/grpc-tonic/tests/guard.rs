@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use grpc_core_api::*;
-use grpc_ledger_contract_tests::{InMemoryStore, InMemoryUnit};
+use grpc_operation_ledger_memory::{InMemoryStore, InMemoryUnit};
 use grpc_tonic::{
     AuthenticatedPrincipal, Committed, GuardConfig, GuardMode, HandlerError, KeyedMutationGuard,
     Resolved,

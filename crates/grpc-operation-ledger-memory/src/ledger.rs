@@ -1,0 +1,364 @@
+//! The ledger port on the double: an atomic insert-if-absent, versioned conditional
+//! transitions, fenced takeovers, and the broken variants the suite's self-tests use.
+
+use std::num::NonZeroU32;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, SystemTime};
+
+use async_trait::async_trait;
+use grpc_core_api::{
+    ClaimOutcome, Completion, GrpcOperationIdentity, GrpcOperationLedger, LeaseDuration,
+    LedgerDurability, LedgerError, OperationRecord, OutcomeReference, RecordedFailure,
+    RequestFingerprint, UnavailableKind, Version,
+};
+
+use crate::store::{InMemoryStore, Lock, Shared, millis_since_epoch};
+use crate::units::UnitState;
+use grpc_ledger_contract_tests::Defect;
+
+/// The ledger port on an [`InMemoryStore`], bound to a unit of work or committing each call.
+pub struct InMemoryOperationLedger {
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) unit: Option<Arc<UnitState>>,
+}
+
+impl InMemoryOperationLedger {
+    /// A ledger on a fresh store of its own, each call committing at once; for unit tests.
+    pub fn new() -> Self {
+        InMemoryStore::new(Duration::from_secs(1)).ledger()
+    }
+}
+
+impl Default for InMemoryOperationLedger {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl InMemoryOperationLedger {
+    /// Runs `op` inside this ledger's unit, or inside a unit of its own that commits at once.
+    async fn in_unit<T, F>(&self, op: F) -> Result<T, LedgerError>
+    where
+        F: AsyncFnOnce(&UnitState) -> Result<T, LedgerError>,
+    {
+        match &self.unit {
+            Some(unit) if unit.killed.load(Ordering::SeqCst) => {
+                Err(LedgerError::unavailable(UnavailableKind::ConnectionLost))
+            }
+            Some(unit) => op(unit).await,
+            None => {
+                let unit = InMemoryStore {
+                    shared: Arc::clone(&self.shared),
+                }
+                .begin_unit();
+                let result = op(&unit.state).await;
+                unit.commit_unit();
+                result
+            }
+        }
+    }
+
+    async fn claim_in(
+        &self,
+        unit: &UnitState,
+        identity: &GrpcOperationIdentity,
+        request: &RequestFingerprint,
+        lease: LeaseDuration,
+    ) -> Result<ClaimOutcome, LedgerError> {
+        let key = identity.storage_key();
+        let in_flight = || LedgerError::InFlight {
+            retry_after: self.shared.claim_wait,
+        };
+        let fresh_version = || {
+            if self.shared.defect == Some(Defect::RepeatingVersions) {
+                return Version::from_stored(1).expect("1 is a version");
+            }
+            Version::fresh(
+                millis_since_epoch(SystemTime::now()),
+                Version::random_salt(),
+            )
+        };
+        let fresh_row = |version: Version| {
+            let now = SystemTime::now();
+            OperationRecord {
+                identity: identity.clone(),
+                request_fingerprint: *request,
+                version,
+                claimed_at: now,
+                lease_expires_at: now + lease.get(),
+                finished: None,
+            }
+        };
+        match self.shared.defect {
+            Some(Defect::InFlightOnUniqueViolation)
+                if self.shared.visible(unit, &key).is_none() =>
+            {
+                // Read found nothing, so insert; an insert that meets a row once its holder has
+                // committed is a unique violation, answered as if the holder were still busy.
+                if let Lock::TimedOut = self.shared.lock(unit, &key).await {
+                    return Err(in_flight());
+                }
+                if self.shared.visible(unit, &key).is_some() {
+                    return Err(in_flight());
+                }
+                let version = fresh_version();
+                unit.pending().rows.insert(key, fresh_row(version));
+                return Ok(ClaimOutcome::Claimed {
+                    version,
+                    took_over: false,
+                });
+            }
+            Some(Defect::UpsertClaim) => {
+                let version = fresh_version();
+                unit.pending().rows.insert(key, fresh_row(version));
+                return Ok(ClaimOutcome::Claimed {
+                    version,
+                    took_over: false,
+                });
+            }
+            Some(Defect::ReadThenInsertClaim) if self.shared.visible(unit, &key).is_none() => {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+                let version = fresh_version();
+                unit.pending().rows.insert(key, fresh_row(version));
+                return Ok(ClaimOutcome::Claimed {
+                    version,
+                    took_over: false,
+                });
+            }
+            _ => {}
+        }
+        // Insert-if-absent: a row another unit inserted and has not committed blocks us, as a
+        // unique index does, until that unit ends or the bound runs out.
+        if self.shared.uncommitted_elsewhere(unit, &key)
+            && let Lock::TimedOut = self.shared.lock(unit, &key).await
+        {
+            return Err(in_flight());
+        }
+        let existing = match self.shared.visible(unit, &key) {
+            Some(row) => row,
+            None => {
+                if let Lock::TimedOut = self.shared.lock(unit, &key).await {
+                    return Err(in_flight());
+                }
+                // Look again under the lock: a unit may have committed this key in between,
+                // and inserting now would overwrite its row.
+                match self.shared.visible(unit, &key) {
+                    Some(row) => row,
+                    None => {
+                        let version = fresh_version();
+                        unit.pending().rows.insert(key, fresh_row(version));
+                        return Ok(ClaimOutcome::Claimed {
+                            version,
+                            took_over: false,
+                        });
+                    }
+                }
+            }
+        };
+        if existing.request_fingerprint != *request {
+            return Err(LedgerError::KeyReusedWithDifferentRequest);
+        }
+        if existing.state().is_terminal() {
+            return Ok(ClaimOutcome::Completed(existing));
+        }
+        let now = SystemTime::now();
+        if let Ok(left) = existing.lease_expires_at.duration_since(now)
+            && !left.is_zero()
+        {
+            return Ok(ClaimOutcome::InProgress {
+                record: existing,
+                retry_after: left,
+            });
+        }
+        // Fenced takeover: lock the row, then update only if it is still the version we read.
+        let fenced = !matches!(
+            self.shared.defect,
+            Some(Defect::UnfencedTakeover | Defect::TakeoverFencedOnLeaseOnly)
+        );
+        if !fenced {
+            // The round trip between a real store's read and its update, where another taker
+            // gets in.
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        if let Lock::TimedOut = self.shared.lock(unit, &key).await {
+            return Err(in_flight());
+        }
+        let still_ours = |current: &OperationRecord| match self.shared.defect {
+            Some(Defect::UnfencedTakeover) => true,
+            Some(Defect::TakeoverFencedOnLeaseOnly) => {
+                current.lease_expires_at <= SystemTime::now()
+            }
+            _ => current.version == existing.version,
+        };
+        match self.shared.visible(unit, &key) {
+            Some(current) if still_ours(&current) && !current.state().is_terminal() => {
+                let version = existing.version.next();
+                unit.pending().rows.insert(key, fresh_row(version));
+                Ok(ClaimOutcome::Claimed {
+                    version,
+                    took_over: true,
+                })
+            }
+            Some(current) if current.state().is_terminal() => Ok(ClaimOutcome::Completed(current)),
+            Some(current) => Ok(ClaimOutcome::InProgress {
+                retry_after: current
+                    .lease_expires_at
+                    .duration_since(SystemTime::now())
+                    .unwrap_or_default(),
+                record: current,
+            }),
+            None => Err(LedgerError::internal(
+                "a claimed row vanished during a takeover",
+            )),
+        }
+    }
+
+    /// A transition in this ledger's unit, once the table is not locked by anyone else.
+    async fn transition(
+        &self,
+        identity: &GrpcOperationIdentity,
+        version: Version,
+        completion: Completion,
+    ) -> Result<Version, LedgerError> {
+        self.shared
+            .writing(
+                LedgerError::unavailable(UnavailableKind::Timeout),
+                self.in_unit(async |unit| {
+                    self.transition_in(unit, identity, version, completion)
+                        .await
+                }),
+            )
+            .await
+    }
+
+    async fn transition_in(
+        &self,
+        unit: &UnitState,
+        identity: &GrpcOperationIdentity,
+        version: Version,
+        completion: Completion,
+    ) -> Result<Version, LedgerError> {
+        let key = identity.storage_key();
+        if let Lock::TimedOut = self.shared.lock(unit, &key).await {
+            return Err(LedgerError::unavailable(UnavailableKind::Timeout));
+        }
+        let Some(mut row) = self.shared.visible(unit, &key) else {
+            return Err(LedgerError::NotClaimed);
+        };
+        if row.state().is_terminal() {
+            return Err(LedgerError::AlreadyCompleted { state: row.state() });
+        }
+        let versioned = self.shared.defect != Some(Defect::UnversionedTransition);
+        if versioned && row.version != version {
+            return Err(LedgerError::LostOwnership {
+                expected: version,
+                current: row.version,
+            });
+        }
+        row.version = row.version.next();
+        row.finished = Some((SystemTime::now(), completion));
+        let new_version = row.version;
+        unit.pending().rows.insert(key, row);
+        Ok(new_version)
+    }
+}
+
+#[async_trait]
+impl GrpcOperationLedger for InMemoryOperationLedger {
+    async fn claim(
+        &self,
+        identity: &GrpcOperationIdentity,
+        request: &RequestFingerprint,
+        lease: LeaseDuration,
+    ) -> Result<ClaimOutcome, LedgerError> {
+        let busy = LedgerError::InFlight {
+            retry_after: self.shared.claim_wait,
+        };
+        self.shared
+            .writing(
+                busy,
+                self.in_unit(async |unit| self.claim_in(unit, identity, request, lease).await),
+            )
+            .await
+    }
+
+    async fn mark_committed(
+        &self,
+        identity: &GrpcOperationIdentity,
+        version: Version,
+        outcome: &OutcomeReference,
+    ) -> Result<Version, LedgerError> {
+        let completion = Completion::Committed(outcome.clone());
+        self.transition(identity, version, completion).await
+    }
+
+    async fn mark_failed(
+        &self,
+        identity: &GrpcOperationIdentity,
+        version: Version,
+        failure: &RecordedFailure,
+    ) -> Result<Version, LedgerError> {
+        let completion = Completion::Failed(failure.clone());
+        self.transition(identity, version, completion).await
+    }
+
+    async fn find(
+        &self,
+        identity: &GrpcOperationIdentity,
+    ) -> Result<Option<OperationRecord>, LedgerError> {
+        let key = identity.storage_key();
+        self.in_unit(async |unit| Ok(self.shared.visible(unit, &key)))
+            .await
+    }
+
+    /// The double's store clock is the process's.
+    async fn look_up(
+        &self,
+        identity: &GrpcOperationIdentity,
+    ) -> Result<Option<(OperationRecord, Duration)>, LedgerError> {
+        let now = SystemTime::now();
+        Ok(self.find(identity).await?.map(|record| {
+            let left = match record.finished {
+                Some(_) => Duration::ZERO,
+                None => record
+                    .lease_expires_at
+                    .duration_since(now)
+                    .unwrap_or_default(),
+            };
+            (record, left)
+        }))
+    }
+
+    /// Deletes committed rows directly: purge in the double is not part of a unit of work.
+    async fn purge(&self, retention: Duration, limit: NonZeroU32) -> Result<u64, LedgerError> {
+        let completed_before = SystemTime::now()
+            .checked_sub(retention)
+            .unwrap_or(SystemTime::UNIX_EPOCH);
+        let mut committed = self.shared.committed();
+        let doomed: Vec<String> = committed
+            .rows
+            .iter()
+            .filter(|(key, row)| {
+                let old = match row.completed_at() {
+                    Some(at) => at < completed_before,
+                    None if self.shared.defect == Some(Defect::PurgeInProgress) => {
+                        row.lease_expires_at < completed_before
+                    }
+                    None => false,
+                };
+                old && !committed.locks.contains_key(*key)
+            })
+            .map(|(key, _)| key.clone())
+            .take(limit.get() as usize)
+            .collect();
+        for key in &doomed {
+            committed.rows.remove(key);
+        }
+        Ok(doomed.len() as u64)
+    }
+
+    fn durability(&self) -> LedgerDurability {
+        LedgerDurability::Volatile
+    }
+}

@@ -1,0 +1,170 @@
+//! The store and its locks: committed rows, business rows, row locks held by units until they
+//! end, and a lock on the whole table (which writes share and a table-lock hook holds alone).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, SystemTime};
+
+use grpc_core_api::{LedgerError, OperationRecord};
+use tokio::sync::{Notify, RwLock};
+
+use crate::units::UnitState;
+use crate::{InMemoryOperationLedger, InMemoryUnit};
+use grpc_ledger_contract_tests::Defect;
+
+#[derive(Default)]
+pub(crate) struct Committed {
+    pub(crate) rows: HashMap<String, OperationRecord>,
+    pub(crate) business: Vec<String>,
+    /// Row locks: storage key -> the unit holding it until it commits or rolls back.
+    pub(crate) locks: HashMap<String, u64>,
+}
+
+pub(crate) struct Shared {
+    pub(crate) committed: Mutex<Committed>,
+    pub(crate) released: Notify,
+    pub(crate) claim_wait: Duration,
+    pub(crate) next_unit: AtomicU64,
+    pub(crate) defect: Option<Defect>,
+    /// The whole table's lock: writes share it, and a [`TableLocking`] hook holds it alone, as
+    /// DDL or `LOCK TABLE` would.
+    pub(crate) table: Arc<RwLock<()>>,
+}
+
+impl Shared {
+    pub(crate) fn committed(&self) -> MutexGuard<'_, Committed> {
+        // A panic while holding the lock leaves consistent data (every update is one insert or
+        // one assignment), so a poisoned lock is still usable.
+        self.committed
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+impl Shared {
+    /// Runs `op`, a write, once the table is not locked by anyone else, waiting at most the claim
+    /// wait; past it, `timed_out`.
+    pub(crate) async fn writing<T>(
+        &self,
+        timed_out: LedgerError,
+        op: impl Future<Output = Result<T, LedgerError>>,
+    ) -> Result<T, LedgerError> {
+        let table = self.table.read();
+        let _shared = if self.defect == Some(Defect::UnboundedTableLockWait) {
+            table.await
+        } else {
+            match tokio::time::timeout(self.claim_wait, table).await {
+                Ok(guard) => guard,
+                Err(_) => return Err(timed_out),
+            }
+        };
+        op.await
+    }
+
+    /// The row as `unit` sees it: its own uncommitted write, or the committed row.
+    pub(crate) fn visible(&self, unit: &UnitState, key: &str) -> Option<OperationRecord> {
+        if let Some(own) = unit.pending().rows.get(key) {
+            return Some(own.clone());
+        }
+        self.committed().rows.get(key).cloned()
+    }
+
+    /// Whether another unit has inserted `key` and not committed it yet.
+    pub(crate) fn uncommitted_elsewhere(&self, unit: &UnitState, key: &str) -> bool {
+        let committed = self.committed();
+        !committed.rows.contains_key(key)
+            && committed
+                .locks
+                .get(key)
+                .is_some_and(|holder| *holder != unit.id)
+    }
+
+    /// Takes the row lock on `key` for `unit`, waiting at most the claim wait.
+    pub(crate) async fn lock(&self, unit: &UnitState, key: &str) -> Lock {
+        let deadline = tokio::time::Instant::now() + self.claim_wait;
+        loop {
+            let released = self.released.notified();
+            tokio::pin!(released);
+            released.as_mut().enable();
+            {
+                let mut committed = self.committed();
+                let holder = *committed.locks.entry(key.to_owned()).or_insert(unit.id);
+                if holder == unit.id {
+                    return Lock::Held;
+                }
+            }
+            if tokio::time::timeout_at(deadline, released).await.is_err() {
+                return Lock::TimedOut;
+            }
+        }
+    }
+}
+
+/// The outcome of waiting for a row lock.
+pub(crate) enum Lock {
+    Held,
+    TimedOut,
+}
+
+/// A store of committed rows shared by every unit of work begun on it.
+#[derive(Clone)]
+pub struct InMemoryStore {
+    pub(crate) shared: Arc<Shared>,
+}
+
+impl InMemoryStore {
+    /// An empty store whose duplicate claims wait at most `claim_wait`.
+    pub fn new(claim_wait: Duration) -> Self {
+        Self::build(claim_wait, None)
+    }
+
+    pub(crate) fn build(claim_wait: Duration, defect: Option<Defect>) -> Self {
+        Self {
+            shared: Arc::new(Shared {
+                committed: Mutex::default(),
+                released: Notify::new(),
+                claim_wait,
+                next_unit: AtomicU64::new(1),
+                defect,
+                table: Arc::default(),
+            }),
+        }
+    }
+
+    /// Begins a unit of work.
+    pub fn begin_unit(&self) -> InMemoryUnit {
+        InMemoryUnit {
+            shared: Arc::clone(&self.shared),
+            state: Arc::new(UnitState {
+                id: self.shared.next_unit.fetch_add(1, Ordering::Relaxed),
+                pending: Mutex::default(),
+                finished: AtomicBool::new(false),
+                killed: AtomicBool::new(false),
+            }),
+        }
+    }
+
+    /// A ledger whose every call is a unit of work of its own that commits at once.
+    pub fn ledger(&self) -> InMemoryOperationLedger {
+        InMemoryOperationLedger {
+            shared: Arc::clone(&self.shared),
+            unit: None,
+        }
+    }
+}
+
+impl InMemoryStore {
+    /// The business rows committed so far, in commit order.
+    pub fn committed_business(&self) -> Vec<String> {
+        self.shared.committed().business.clone()
+    }
+}
+
+/// Milliseconds since the Unix epoch: the double's store clock, in the unit fresh versions use.
+pub(crate) fn millis_since_epoch(time: SystemTime) -> i64 {
+    time.duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |since| {
+            i64::try_from(since.as_millis()).unwrap_or(i64::MAX)
+        })
+}
