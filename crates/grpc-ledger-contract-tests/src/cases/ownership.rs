@@ -13,13 +13,16 @@ const CONTENDED_IDENTITIES: usize = 2;
 const CONTENDERS: usize = 24;
 const ROUNDS: usize = 30;
 
+/// Who was handed a version: (task, round).
+type Owner = (usize, usize);
+
 /// What the contenders of one identity saw, gathered while they ran and judged afterwards.
 #[derive(Default)]
 struct Contention {
     /// Every version handed to an owner, with the owner (task, round) it was handed to.
-    owners: HashMap<Version, (usize, usize)>,
+    owners: HashMap<Version, Owner>,
     /// A version handed to a second owner: (version, first owner, second owner).
-    handed_twice: Vec<(Version, (usize, usize), (usize, usize))>,
+    handed_twice: Vec<(Version, Owner, Owner)>,
     /// The outcome of every owner that finished the operation.
     finishers: Vec<String>,
     /// The outcome every replay carried.
