@@ -212,3 +212,30 @@ pub async fn record_by_claim<L: GrpcOperationLedger + ?Sized>(
         }
     }
 }
+
+/// Why a transition naming `version` changed no row, from the row as it is now (`current`, read
+/// after the conditional UPDATE matched nothing): `NotClaimed` without a row, `AlreadyCompleted`
+/// for a finished one, `LostOwnership` when another version holds it. A zero-row transition is
+/// never success; a row that is still in progress at `version` means the UPDATE's condition is
+/// wrong, which is `Internal`.
+///
+/// ```
+/// use grpc_core_api::{LedgerError, Version, unmatched_transition};
+/// let version = Version::fresh(1_764_700_000_000, 7);
+/// assert_eq!(unmatched_transition(None, version), LedgerError::NotClaimed);
+/// ```
+pub fn unmatched_transition(current: Option<&OperationRecord>, version: Version) -> LedgerError {
+    match current {
+        None => LedgerError::NotClaimed,
+        Some(record) if record.state().is_terminal() => LedgerError::AlreadyCompleted {
+            state: record.state(),
+        },
+        Some(record) if record.version != version => LedgerError::LostOwnership {
+            expected: version,
+            current: record.version,
+        },
+        Some(_) => {
+            LedgerError::internal("a transition matched no row although the claim is current")
+        }
+    }
+}

@@ -43,7 +43,9 @@ pub use identity::GrpcOperationIdentity;
 pub use key::{IdempotencyKey, IdempotencyKeyHash, KeyHasher};
 #[cfg(feature = "mock")]
 pub use ledger::MockGrpcOperationLedger;
-pub use ledger::{GrpcOperationLedger, LedgerDurability, LedgerUnitsOfWork, record_by_claim};
+pub use ledger::{
+    GrpcOperationLedger, LedgerDurability, LedgerUnitsOfWork, record_by_claim, unmatched_transition,
+};
 pub use method::GrpcMethod;
 pub use record::{
     ClaimOutcome, Completion, LeaseDuration, OperationRecord, OperationState, OutcomeReference,

@@ -19,7 +19,7 @@ use grpc_core_api::store_errors::{During, from_sqlstate};
 use grpc_core_api::{
     ClaimOutcome, Completion, GrpcOperationIdentity, GrpcOperationLedger, LeaseDuration,
     LedgerDurability, LedgerError, OperationRecord, OperationState, OutcomeReference,
-    RecordedFailure, RequestFingerprint, UnavailableKind, Version,
+    RecordedFailure, RequestFingerprint, UnavailableKind, Version, unmatched_transition,
 };
 use sqlx::postgres::{PgPool, PgRow};
 use sqlx::{PgConnection, Postgres, Row, Transaction};
@@ -299,13 +299,7 @@ impl GrpcOperationLedger for SqlxLedger {
         outcome: &OutcomeReference,
     ) -> Result<Version, LedgerError> {
         let completion = Completion::Committed(outcome.clone());
-        on_connection!(self, |conn| transition_on(
-            conn,
-            identity,
-            version,
-            &completion
-        )
-        .await)
+        self.mark_finished(identity, version, &completion).await
     }
 
     async fn mark_failed(
@@ -315,11 +309,17 @@ impl GrpcOperationLedger for SqlxLedger {
         failure: &RecordedFailure,
     ) -> Result<Version, LedgerError> {
         let completion = Completion::Failed(failure.clone());
+        self.mark_finished(identity, version, &completion).await
+    }
+
+    async fn mark_finished(
+        &self,
+        identity: &GrpcOperationIdentity,
+        version: Version,
+        completion: &Completion,
+    ) -> Result<Version, LedgerError> {
         on_connection!(self, |conn| transition_on(
-            conn,
-            identity,
-            version,
-            &completion
+            conn, identity, version, completion
         )
         .await)
     }
@@ -426,8 +426,8 @@ async fn claim_on(
     })
 }
 
-/// One conditional UPDATE; zero rows is never success: read the row to say why (cases
-/// `transitions_*`).
+/// One conditional UPDATE; zero rows is never success: read the row to say why
+/// (`unmatched_transition`; cases `transitions_*`).
 async fn transition_on(
     conn: &mut PgConnection,
     identity: &GrpcOperationIdentity,
@@ -451,19 +451,11 @@ async fn transition_on(
     if done.rows_affected() == 1 {
         return Ok(version.next());
     }
-    match read(conn, identity, During::Other).await? {
-        None => Err(LedgerError::NotClaimed),
-        Some((record, _)) if record.state().is_terminal() => Err(LedgerError::AlreadyCompleted {
-            state: record.state(),
-        }),
-        Some((record, _)) if record.version != version => Err(LedgerError::LostOwnership {
-            expected: version,
-            current: record.version,
-        }),
-        Some(_) => Err(LedgerError::internal(
-            "a transition matched no row although the claim is current",
-        )),
-    }
+    let current = read(conn, identity, During::Other).await?;
+    Err(unmatched_transition(
+        current.as_ref().map(|(record, _)| record),
+        version,
+    ))
 }
 
 fn bind_identity<'q, Q: Bindable<'q>>(query: Q, identity: &GrpcOperationIdentity) -> Q {

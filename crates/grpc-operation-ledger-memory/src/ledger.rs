@@ -92,14 +92,14 @@ impl InMemoryOperationLedger {
         };
         match self.shared.defect {
             Some(Defect::InFlightOnUniqueViolation)
-                if self.shared.visible(unit, &key).is_none() =>
+                if unit.visible(&self.shared, &key).is_none() =>
             {
                 // Read found nothing, so insert; an insert that meets a row once its holder has
                 // committed is a unique violation, answered as if the holder were still busy.
-                if let Lock::TimedOut = self.shared.lock(unit, &key).await {
+                if let Lock::TimedOut = self.shared.lock(unit.id, &key).await {
                     return Err(in_flight());
                 }
-                if self.shared.visible(unit, &key).is_some() {
+                if unit.visible(&self.shared, &key).is_some() {
                     return Err(in_flight());
                 }
                 let version = fresh_version();
@@ -117,7 +117,7 @@ impl InMemoryOperationLedger {
                     took_over: false,
                 });
             }
-            Some(Defect::ReadThenInsertClaim) if self.shared.visible(unit, &key).is_none() => {
+            Some(Defect::ReadThenInsertClaim) if unit.visible(&self.shared, &key).is_none() => {
                 tokio::time::sleep(Duration::from_millis(1)).await;
                 let version = fresh_version();
                 unit.pending().rows.insert(key, fresh_row(version));
@@ -130,20 +130,20 @@ impl InMemoryOperationLedger {
         }
         // Insert-if-absent: a row another unit inserted and has not committed blocks us, as a
         // unique index does, until that unit ends or the bound runs out.
-        if self.shared.uncommitted_elsewhere(unit, &key)
-            && let Lock::TimedOut = self.shared.lock(unit, &key).await
+        if self.shared.uncommitted_elsewhere(unit.id, &key)
+            && let Lock::TimedOut = self.shared.lock(unit.id, &key).await
         {
             return Err(in_flight());
         }
-        let existing = match self.shared.visible(unit, &key) {
+        let existing = match unit.visible(&self.shared, &key) {
             Some(row) => row,
             None => {
-                if let Lock::TimedOut = self.shared.lock(unit, &key).await {
+                if let Lock::TimedOut = self.shared.lock(unit.id, &key).await {
                     return Err(in_flight());
                 }
                 // Look again under the lock: a unit may have committed this key in between,
                 // and inserting now would overwrite its row.
-                match self.shared.visible(unit, &key) {
+                match unit.visible(&self.shared, &key) {
                     Some(row) => row,
                     None => {
                         let version = fresh_version();
@@ -181,7 +181,7 @@ impl InMemoryOperationLedger {
             // gets in.
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
-        if let Lock::TimedOut = self.shared.lock(unit, &key).await {
+        if let Lock::TimedOut = self.shared.lock(unit.id, &key).await {
             return Err(in_flight());
         }
         let still_ours = |current: &OperationRecord| match self.shared.defect {
@@ -191,7 +191,7 @@ impl InMemoryOperationLedger {
             }
             _ => current.version == existing.version,
         };
-        match self.shared.visible(unit, &key) {
+        match unit.visible(&self.shared, &key) {
             Some(current) if still_ours(&current) && !current.state().is_terminal() => {
                 let version = existing.version.next();
                 unit.pending().rows.insert(key, fresh_row(version));
@@ -240,10 +240,10 @@ impl InMemoryOperationLedger {
         completion: Completion,
     ) -> Result<Version, LedgerError> {
         let key = identity.storage_key();
-        if let Lock::TimedOut = self.shared.lock(unit, &key).await {
+        if let Lock::TimedOut = self.shared.lock(unit.id, &key).await {
             return Err(LedgerError::unavailable(UnavailableKind::Timeout));
         }
-        let Some(mut row) = self.shared.visible(unit, &key) else {
+        let Some(mut row) = unit.visible(&self.shared, &key) else {
             return Err(LedgerError::NotClaimed);
         };
         if row.state().is_terminal() {
@@ -308,7 +308,7 @@ impl GrpcOperationLedger for InMemoryOperationLedger {
         identity: &GrpcOperationIdentity,
     ) -> Result<Option<OperationRecord>, LedgerError> {
         let key = identity.storage_key();
-        self.in_unit(async |unit| Ok(self.shared.visible(unit, &key)))
+        self.in_unit(async |unit| Ok(unit.visible(&self.shared, &key)))
             .await
     }
 
@@ -360,5 +360,15 @@ impl GrpcOperationLedger for InMemoryOperationLedger {
 
     fn durability(&self) -> LedgerDurability {
         LedgerDurability::Volatile
+    }
+}
+
+impl InMemoryStore {
+    /// A ledger whose every call is a unit of work of its own that commits at once.
+    pub fn ledger(&self) -> InMemoryOperationLedger {
+        InMemoryOperationLedger {
+            shared: Arc::clone(&self.shared),
+            unit: None,
+        }
     }
 }

@@ -2,15 +2,13 @@
 //! end, and a lock on the whole table (which writes share and a table-lock hook holds alone).
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
 
 use grpc_core_api::{LedgerError, OperationRecord};
 use tokio::sync::{Notify, RwLock};
 
-use crate::units::UnitState;
-use crate::{InMemoryOperationLedger, InMemoryUnit};
 use grpc_ledger_contract_tests::Defect;
 
 #[derive(Default)]
@@ -62,26 +60,18 @@ impl Shared {
         op.await
     }
 
-    /// The row as `unit` sees it: its own uncommitted write, or the committed row.
-    pub(crate) fn visible(&self, unit: &UnitState, key: &str) -> Option<OperationRecord> {
-        if let Some(own) = unit.pending().rows.get(key) {
-            return Some(own.clone());
-        }
-        self.committed().rows.get(key).cloned()
-    }
-
-    /// Whether another unit has inserted `key` and not committed it yet.
-    pub(crate) fn uncommitted_elsewhere(&self, unit: &UnitState, key: &str) -> bool {
+    /// Whether a unit other than `unit_id` has inserted `key` and not committed it yet.
+    pub(crate) fn uncommitted_elsewhere(&self, unit_id: u64, key: &str) -> bool {
         let committed = self.committed();
         !committed.rows.contains_key(key)
             && committed
                 .locks
                 .get(key)
-                .is_some_and(|holder| *holder != unit.id)
+                .is_some_and(|holder| *holder != unit_id)
     }
 
-    /// Takes the row lock on `key` for `unit`, waiting at most the claim wait.
-    pub(crate) async fn lock(&self, unit: &UnitState, key: &str) -> Lock {
+    /// Takes the row lock on `key` for the unit `unit_id`, waiting at most the claim wait.
+    pub(crate) async fn lock(&self, unit_id: u64, key: &str) -> Lock {
         let deadline = tokio::time::Instant::now() + self.claim_wait;
         loop {
             let released = self.released.notified();
@@ -89,8 +79,8 @@ impl Shared {
             released.as_mut().enable();
             {
                 let mut committed = self.committed();
-                let holder = *committed.locks.entry(key.to_owned()).or_insert(unit.id);
-                if holder == unit.id {
+                let holder = *committed.locks.entry(key.to_owned()).or_insert(unit_id);
+                if holder == unit_id {
                     return Lock::Held;
                 }
             }
@@ -129,27 +119,6 @@ impl InMemoryStore {
                 defect,
                 table: Arc::default(),
             }),
-        }
-    }
-
-    /// Begins a unit of work.
-    pub fn begin_unit(&self) -> InMemoryUnit {
-        InMemoryUnit {
-            shared: Arc::clone(&self.shared),
-            state: Arc::new(UnitState {
-                id: self.shared.next_unit.fetch_add(1, Ordering::Relaxed),
-                pending: Mutex::default(),
-                finished: AtomicBool::new(false),
-                killed: AtomicBool::new(false),
-            }),
-        }
-    }
-
-    /// A ledger whose every call is a unit of work of its own that commits at once.
-    pub fn ledger(&self) -> InMemoryOperationLedger {
-        InMemoryOperationLedger {
-            shared: Arc::clone(&self.shared),
-            unit: None,
         }
     }
 }

@@ -29,6 +29,14 @@ pub(crate) struct UnitState {
 }
 
 impl UnitState {
+    /// The row as this unit sees it: its own uncommitted write, or the committed row.
+    pub(crate) fn visible(&self, shared: &Shared, key: &str) -> Option<OperationRecord> {
+        if let Some(own) = self.pending().rows.get(key) {
+            return Some(own.clone());
+        }
+        shared.committed().rows.get(key).cloned()
+    }
+
     pub(crate) fn pending(&self) -> MutexGuard<'_, Pending> {
         self.pending
             .lock()
@@ -131,5 +139,20 @@ impl grpc_core_api::LedgerUnitsOfWork for InMemoryStore {
 
     fn durability(&self) -> LedgerDurability {
         LedgerDurability::Volatile
+    }
+}
+
+impl InMemoryStore {
+    /// Begins a unit of work.
+    pub fn begin_unit(&self) -> InMemoryUnit {
+        InMemoryUnit {
+            shared: Arc::clone(&self.shared),
+            state: Arc::new(UnitState {
+                id: self.shared.next_unit.fetch_add(1, Ordering::Relaxed),
+                pending: Mutex::default(),
+                finished: AtomicBool::new(false),
+                killed: AtomicBool::new(false),
+            }),
+        }
     }
 }

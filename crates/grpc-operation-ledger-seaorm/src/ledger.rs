@@ -8,6 +8,7 @@ use grpc_core_api::{
     ClaimOutcome, Completion, GrpcOperationIdentity, GrpcOperationLedger, LeaseDuration,
     LedgerDurability, LedgerError, OperationRecord, OperationState, OutcomeReference,
     RecordOutcome, RecordedFailure, RequestFingerprint, Version, record_by_claim,
+    unmatched_transition,
 };
 use sea_orm::{
     ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbBackend, QueryResult, Statement,
@@ -45,12 +46,14 @@ enum Inserted {
 /// delay its `InFlight` answer carries:
 ///
 /// - On PostgreSQL, a unit of work begun by [`SeaOrmUnitsOfWork`](crate::SeaOrmUnitsOfWork) sets
-///   `lock_timeout` to it right after `BEGIN`; inside a transaction the caller began itself, the
-///   ledger sets it (`set_config(.., true)`, for the rest of that transaction) before its first
-///   claim; and on a pool (`DatabaseConnection`), where each write would otherwise be a
+///   `lock_timeout` to it right after `BEGIN`; inside a `DatabaseTransaction` the caller began
+///   itself, the ledger sets it (`set_config(.., true)`, for the rest of that transaction) before
+///   each claim; and on a pool (`DatabaseConnection`), where each write would otherwise be a
 ///   transaction of its own that no setting reaches before its table lock, each write (claim,
 ///   record, transition, purge) runs in a short transaction of its own that sets it first. The
-///   bound travels with the transaction, so it holds behind any pooler.
+///   bound travels with the transaction, so it holds behind any pooler. On any other
+///   `ConnectionTrait` the ledger cannot tell, and only the claim statement's own bound applies
+///   (which does not cover a lock on the whole table).
 /// - On MariaDB, every claim is prefixed with `SET STATEMENT max_statement_time`, which also
 ///   ends a wait for a metadata lock.
 /// - On SQLite, the wait is the connection's busy timeout, set by
@@ -163,7 +166,10 @@ where
     /// In a PostgreSQL transaction the caller began, bounds its lock waits before the first
     /// insert can wait for a table lock (see the type's docs).
     async fn bound_lock_wait(&self) -> Result<(), LedgerError> {
-        if self.lock_wait_bounded || self.backend() != DbBackend::Postgres {
+        let own_transaction = (self.connection() as &dyn std::any::Any)
+            .downcast_ref::<DatabaseTransaction>()
+            .is_some();
+        if self.lock_wait_bounded || !own_transaction || self.backend() != DbBackend::Postgres {
             return Ok(());
         }
         let statement = Statement::from_sql_and_values(
@@ -338,21 +344,11 @@ where
             return Ok(version.next());
         }
         // Nothing changed: never success. Say why, from the row as it is now.
-        match self.read(identity, Phase::Other).await? {
-            None => Err(LedgerError::NotClaimed),
-            Some((record, _)) if record.state().is_terminal() => {
-                Err(LedgerError::AlreadyCompleted {
-                    state: record.state(),
-                })
-            }
-            Some((record, _)) if record.version != version => Err(LedgerError::LostOwnership {
-                expected: version,
-                current: record.version,
-            }),
-            Some(_) => Err(LedgerError::internal(
-                "a transition matched no row although the claim is current",
-            )),
-        }
+        let current = self.read(identity, Phase::Other).await?;
+        Err(unmatched_transition(
+            current.as_ref().map(|(record, _)| record),
+            version,
+        ))
     }
 }
 
