@@ -53,13 +53,17 @@ impl Bouncer {
         // Every database on the upstream is reachable under its own name; the pool is large
         // enough for the contract suite's 32 concurrent units plus their admin connections.
         // sqlx sends `extra_float_digits` at startup, which PgBouncer 1.18 refuses unless told
-        // to ignore it (the usual setting for any driver that sends it).
+        // to ignore it (the usual setting for any driver that sends it). Every contract case
+        // uses a database of its own, and PgBouncer keeps a pool of server connections per
+        // database: idle ones are closed after 2 s (not the default 600 s), or the cases' pools
+        // would pile up past PostgreSQL's max_connections in session pooling.
         let config = format!(
             "[databases]\n* = host=127.0.0.1 port={upstream_port}\n\n[pgbouncer]\n\
              listen_addr = 127.0.0.1\nlisten_port = {port}\nunix_socket_dir =\n\
              auth_type = trust\nauth_file = {root}/userlist.txt\npool_mode = {mode}\n\
              ignore_startup_parameters = extra_float_digits\n\
              default_pool_size = 60\nmax_client_conn = 600\nmax_db_connections = 300\n\
+             server_idle_timeout = 2\n\
              logfile = {root}/pgbouncer.log\npidfile = {root}/pgbouncer.pid\n",
             root = path_str(&root)?,
             mode = mode.name(),
