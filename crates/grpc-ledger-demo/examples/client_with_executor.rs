@@ -6,7 +6,6 @@
 //! `cargo run -p grpc-ledger-demo --example client_with_executor`
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use anyhow::{Result, ensure};
@@ -77,17 +76,13 @@ async fn main() -> Result<()> {
         }
     }
     let stats = executor.stats();
-    let count = |counter: &std::sync::atomic::AtomicU64| counter.load(Ordering::Relaxed);
     println!(
         "acknowledged {acknowledged}/100; attempts {}, resolved first {}, replays {}",
-        count(&stats.attempts),
-        count(&stats.resolved_first),
-        count(&stats.replays),
+        stats.attempts(),
+        stats.resolved_first(),
+        stats.replays(),
     );
-    ensure!(
-        count(&stats.resolved_first) > 0,
-        "lost responses were looked up"
-    );
+    ensure!(stats.resolved_first() > 0, "lost responses were looked up");
     ensure!(
         acknowledged == 100,
         "every payment acknowledged: a lookup is not an attempt"

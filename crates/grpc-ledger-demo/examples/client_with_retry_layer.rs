@@ -5,7 +5,6 @@
 //!
 //! `cargo run -p grpc-ledger-demo --example client_with_retry_layer`
 
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use anyhow::{Result, ensure};
@@ -54,16 +53,15 @@ async fn main() -> Result<()> {
         }
     }
     let stats = layer.stats();
-    let count = |counter: &std::sync::atomic::AtomicU64| counter.load(Ordering::Relaxed);
     println!(
         "acknowledged {acknowledged}/100; attempts {}, retries {}, resolved by resending under the key {}, replays {}",
-        count(&stats.attempts),
-        count(&stats.retries),
-        count(&stats.resolved_first),
-        count(&stats.replays),
+        stats.attempts(),
+        stats.retries(),
+        stats.resolved_first(),
+        stats.replays(),
     );
     ensure!(
-        count(&stats.replays) > 0,
+        stats.replays() > 0,
         "lost responses were answered from the ledger"
     );
     ensure!(acknowledged >= 90, "nearly every payment acknowledged");

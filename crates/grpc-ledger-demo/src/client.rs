@@ -3,7 +3,6 @@
 use std::collections::HashSet;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
@@ -248,10 +247,10 @@ pub async fn run_client(
     }
     bar.finish_and_clear();
     report.acknowledged = acknowledged.len() as u64;
-    report.attempts = stats.attempts.load(Ordering::Relaxed);
-    report.retries = stats.retries.load(Ordering::Relaxed);
-    report.replays = stats.replays.load(Ordering::Relaxed);
-    report.resolved_first = stats.resolved_first.load(Ordering::Relaxed);
+    report.attempts = stats.attempts();
+    report.retries = stats.retries();
+    report.replays = stats.replays();
+    report.resolved_first = stats.resolved_first();
     report.refused = stats.refusals().into_iter().collect();
     latencies.sort();
     let percentile = |p: f64| {

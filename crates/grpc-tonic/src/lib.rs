@@ -7,29 +7,29 @@
 //! - [`RetryExecutor`] (client): retries a call as `grpc_policy` decides, with the shared budget,
 //!   jittered backoff and server pushback, and resolves the completion of a keyed mutation whose
 //!   outcome is unknown before resending it. Every decision is a `tracing` event with its reason.
+//! - [`RetryLayer`] (client): the channel owns retries, A6 retries and hedging under a generated
+//!   client, on the same decisions as the executor.
+//!
+//! Modules: `client/` (the executor, the RetryLayer, and what both share: one call's attempts,
+//! transport evidence, the commit observer, their stats), `server/` (the guard, the caller it
+//! derives, the method layer), and two that both sides use and that use neither: `key_header`
+//! (the key's metadata name, configurable on both sides) and `metrics`. Nothing in `client/`
+//! imports `server/` or the other way round.
 
-mod attempts;
-mod caller;
-mod commit;
-mod executor;
-mod guard;
-mod method_layer;
+mod client;
+mod key_header;
 mod metrics;
-mod retry_layer;
-mod transport;
+mod server;
 
-pub use caller::{
+pub use client::{
+    CommitObserver, CommitObserverLayer, DEFAULT_PER_CALL_BUFFER, ExecutorStats, Resolution,
+    RetryExecutor, RetryLayer, RetryLayerBuilder, RetryLayerError, RetryService, RetrySettings,
+    TransportFailure, transport_failure,
+};
+pub use server::{
     AuthenticatedPrincipal, AuthenticatedPrincipalExtractor, CallerExtractor,
-    ClientAssertedHeaderExtractor,
+    ClientAssertedHeaderExtractor, Committed, GuardConfig, GuardMode, HandlerError,
+    KeyedMutationGuard, MethodFromPath, MethodFromPathLayer, Resolved,
 };
-pub use commit::{CommitObserver, CommitObserverLayer};
-pub use executor::{ExecutorStats, Resolution, RetryExecutor, RetrySettings};
-pub use guard::{Committed, GuardConfig, GuardMode, HandlerError, KeyedMutationGuard, Resolved};
-pub use method_layer::{MethodFromPath, MethodFromPathLayer};
-pub use retry_layer::{
-    DEFAULT_PER_CALL_BUFFER, RetryLayer, RetryLayerBuilder, RetryLayerError, RetryService,
-};
-pub use transport::{TransportFailure, classify as transport_failure};
 
-/// The request metadata that carries the caller's idempotency key, unless configured otherwise.
-pub const IDEMPOTENCY_KEY_HEADER: &str = "idempotency-key";
+pub use key_header::{IDEMPOTENCY_KEY_HEADER, InvalidKeyHeader};

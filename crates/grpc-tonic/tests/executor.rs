@@ -119,8 +119,8 @@ async fn an_idempotent_call_is_retried_with_the_same_key_and_attempt_counts() {
     );
     // A retry is counted when it is sent, the one that succeeded included.
     let stats = executor.stats();
-    assert_eq!(stats.attempts.load(Ordering::Relaxed), 3);
-    assert_eq!(stats.retries.load(Ordering::Relaxed), 2);
+    assert_eq!(stats.attempts(), 3);
+    assert_eq!(stats.retries(), 2);
 }
 
 #[tokio::test]
@@ -189,13 +189,7 @@ async fn a_keyed_mutation_that_never_committed_is_resent_with_the_same_key() {
     assert_eq!(answer.get_ref(), "payment-3");
     let seen = script.seen.lock().unwrap().clone();
     assert_eq!(seen[1].0.as_deref(), Some("k-3"));
-    assert_eq!(
-        executor
-            .stats()
-            .resolved_first
-            .load(std::sync::atomic::Ordering::Relaxed),
-        1
-    );
+    assert_eq!(executor.stats().resolved_first(), 1);
 }
 
 #[tokio::test]
@@ -454,4 +448,58 @@ async fn a_signed_pushback_is_obeyed() {
         .unwrap();
     assert_eq!(answer.get_ref(), "done");
     assert_eq!(script.attempts(), 2);
+}
+
+/// An executor told to send the key under another metadata name sends it there, on every
+/// attempt, and not under the default name.
+#[tokio::test]
+async fn the_key_goes_under_the_configured_header() {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let executor = executor_with(|settings| {
+        *settings = settings.clone().with_key_header("x-request-id").unwrap();
+    });
+    let key = IdempotencyKey::parse("k-custom").unwrap();
+    let mut answers = VecDeque::from([Err(Status::unavailable("down")), Ok("done".to_owned())]);
+    let record = Arc::clone(&seen);
+    let answer = executor
+        .call(
+            MethodClass::Idempotent,
+            7u32,
+            Some(&key),
+            None,
+            move |request: Request<u32>| {
+                let header = |name: &str| {
+                    request
+                        .metadata()
+                        .get(name)
+                        .map(|v| v.to_str().unwrap().to_owned())
+                };
+                record
+                    .lock()
+                    .unwrap()
+                    .push((header("x-request-id"), header("idempotency-key")));
+                std::future::ready(answers.pop_front().unwrap().map(Response::new))
+            },
+            no_resolver(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(answer.get_ref(), "done");
+    assert_eq!(
+        *seen.lock().unwrap(),
+        vec![(Some("k-custom".to_owned()), None); 2]
+    );
+    let policy = RetryPolicy::new(
+        2,
+        Duration::from_millis(1),
+        Duration::from_millis(5),
+        2.0,
+        CodeSet::of(&[Code::Unavailable]),
+    )
+    .unwrap();
+    assert!(
+        RetrySettings::new(GrpcRetryOwner::Application, policy)
+            .with_key_header("Idempotency-Key")
+            .is_err()
+    );
 }

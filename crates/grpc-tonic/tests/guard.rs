@@ -831,3 +831,39 @@ async fn a_unit_is_cut_at_its_lease_and_rolled_back() {
         0
     );
 }
+
+/// A guard told to read another metadata key reads the key there, and only there: a duplicate
+/// under the configured header replays, and a request that carries the key under the default
+/// header is refused as missing its key.
+#[tokio::test]
+async fn the_guard_reads_the_key_header_it_is_configured_with() {
+    let store = InMemoryStore::new(Duration::from_millis(200));
+    let config = guard_config().with_key_header("x-request-id").unwrap();
+    let guard = KeyedMutationGuard::new(store.clone(), config);
+    let runs = Arc::new(AtomicU32::new(0));
+    let keyed = |amount| {
+        let mut request = request(amount, None, Some("tenant-a"));
+        request
+            .metadata_mut()
+            .insert("x-request-id", "k-custom".parse().unwrap());
+        request
+    };
+    pay(&guard, keyed(10), &runs, Ok(())).await.unwrap();
+    let replay = pay(&guard, keyed(10), &runs, Ok(())).await.unwrap();
+    assert_eq!(
+        replay.metadata().get(REPLAYED_METADATA_KEY).unwrap(),
+        "true"
+    );
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    let default_header = pay(
+        &guard,
+        request(11, Some("k-2"), Some("tenant-a")),
+        &runs,
+        Ok(()),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(default_header.code(), Code::InvalidArgument);
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    assert!(guard_config().with_key_header("X-Request-Id").is_err());
+}

@@ -14,8 +14,9 @@ use prost::Message;
 use tonic::metadata::{MetadataMap, MetadataValue};
 use tonic::{Code, Extensions, Request, Response, Status};
 
+use super::caller::{AuthenticatedPrincipalExtractor, CallerExtractor};
+use crate::key_header::{IDEMPOTENCY_KEY_HEADER, InvalidKeyHeader, key_header};
 use crate::metrics::{LedgerAnswer, ServerMetrics};
-use crate::{AuthenticatedPrincipalExtractor, CallerExtractor, IDEMPOTENCY_KEY_HEADER};
 
 /// How the guard reads and protects keyed mutations.
 #[derive(Debug, Clone)]
@@ -75,6 +76,14 @@ impl GuardConfig {
     pub fn with_mode(mut self, mode: GuardMode) -> Self {
         self.mode = mode;
         self
+    }
+
+    /// The request metadata that holds the key ([`IDEMPOTENCY_KEY_HEADER`] by default), or why
+    /// `name` cannot be one; the clients' `RetrySettings::with_key_header` or
+    /// `RetryLayerBuilder::key_header` must name the same.
+    pub fn with_key_header(mut self, name: &str) -> Result<Self, InvalidKeyHeader> {
+        self.key_header = key_header(name)?.as_str().to_owned();
+        Ok(self)
     }
 }
 

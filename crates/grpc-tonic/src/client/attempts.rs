@@ -14,9 +14,9 @@ use grpc_policy::{
 };
 use tonic::Code;
 
-use crate::ExecutorStats;
+use super::stats::ExecutorStats;
+use super::transport::TransportFailure;
 use crate::metrics::CallCounts;
-use crate::transport::TransportFailure;
 
 /// How many times an attempt that never left the process is resent transparently in one call:
 /// A6 allows any number, bounded by the deadline; a call without a deadline needs a bound too.

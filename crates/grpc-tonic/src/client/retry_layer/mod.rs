@@ -29,9 +29,11 @@ use self::attempt::{
     grpc_timeout, parse_grpc_timeout, send,
 };
 use self::replay::RequestReplay;
-use crate::attempts::{CallContext, CallRun, Next, call_deadline, jitter_source};
+use crate::client::attempts::{CallContext, CallRun, Next, call_deadline, jitter_source};
+use crate::client::stats::ExecutorStats;
+use crate::key_header::{IDEMPOTENCY_KEY_HEADER, InvalidKeyHeader, key_header};
 use crate::metrics::{CallCounts, ClientMetrics};
-use crate::{ExecutorStats, IDEMPOTENCY_KEY_HEADER};
+use tonic::metadata::AsciiMetadataKey;
 
 /// How much of one call's request body is kept to send again, unless set otherwise: 256 KiB, as
 /// gRPC C-core's per-call retry buffer. A call whose body passes it is committed (A6).
@@ -124,6 +126,7 @@ pub struct RetryLayerBuilder {
     stats: Arc<ExecutorStats>,
     target: String,
     metrics: Option<ClientMetrics>,
+    key_header: AsciiMetadataKey,
 }
 
 impl RetryLayer {
@@ -140,6 +143,7 @@ impl RetryLayer {
             config,
             catalog,
             server_ledger: LedgerDurability::Volatile,
+            key_header: AsciiMetadataKey::from_static(IDEMPOTENCY_KEY_HEADER),
             budget: None,
             buffer_limit: DEFAULT_PER_CALL_BUFFER,
             stats: Arc::new(ExecutorStats::default()),
@@ -155,6 +159,13 @@ impl RetryLayer {
 }
 
 impl RetryLayerBuilder {
+    /// The request metadata that carries the key ([`IDEMPOTENCY_KEY_HEADER`] by default); the
+    /// server's guard must read the same one.
+    pub fn key_header(mut self, name: &str) -> Result<Self, InvalidKeyHeader> {
+        self.key_header = key_header(name)?;
+        Ok(self)
+    }
+
     /// The server's ledger durability, as the service documents it. Until said, it is taken as
     /// volatile: keyed mutations are not retried once sent.
     pub fn server_ledger(mut self, durability: LedgerDurability) -> Self {
@@ -234,6 +245,7 @@ impl RetryLayerBuilder {
                 stats: self.stats,
                 target: self.target,
                 metrics: self.metrics,
+                key_header: self.key_header,
             }),
         })
     }
@@ -268,6 +280,7 @@ struct Shared {
     stats: Arc<ExecutorStats>,
     target: String,
     metrics: Option<ClientMetrics>,
+    key_header: AsciiMetadataKey,
 }
 
 impl<S, B> Service<http::Request<Body>> for RetryService<S>
@@ -405,7 +418,7 @@ impl Shared {
             .catalog
             .get(&method)
             .map_or(MethodClass::NonIdempotent, |info| info.class);
-        let has_key = request.headers().contains_key(IDEMPOTENCY_KEY_HEADER);
+        let has_key = request.headers().contains_key(self.key_header.as_str());
         let (head, body) = request.into_parts();
         let call = Call {
             method,

@@ -1,24 +1,24 @@
 //! The client side: retry a call exactly as the policy says, and never resend a mutation whose
 //! outcome is unknown before asking what became of it.
 
-use std::collections::BTreeMap;
 use std::future::Future;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use grpc_core_api::{IdempotencyKey, LedgerDurability, REPLAYED_METADATA_KEY};
 use grpc_policy::{
-    Evidence, GrpcRetryBudget, GrpcRetryOwner, MethodClass, Pushback, RefusalReason, RetryPolicy,
-    ServiceConfig, SplitMix64,
+    Evidence, GrpcRetryBudget, GrpcRetryOwner, MethodClass, Pushback, RetryPolicy, ServiceConfig,
+    SplitMix64,
 };
-use tonic::metadata::{AsciiMetadataValue, MetadataValue};
+use tonic::metadata::{AsciiMetadataKey, AsciiMetadataValue, MetadataValue};
 use tonic::{Code, Request, Response, Status};
 
-use crate::IDEMPOTENCY_KEY_HEADER;
-use crate::attempts::{CallContext, CallRun, Next, call_deadline, jitter_source};
-use crate::commit::AttemptProgress;
-use crate::transport::{TransportFailure, classify};
+use super::attempts::{CallContext, CallRun, Next, call_deadline, jitter_source};
+use super::commit::AttemptProgress;
+use super::stats::ExecutorStats;
+use super::transport::{TransportFailure, classify};
+use crate::key_header::{IDEMPOTENCY_KEY_HEADER, InvalidKeyHeader, key_header};
 
 /// What became of an operation whose outcome was unknown, as the user's resolver found out.
 ///
@@ -48,41 +48,6 @@ fn deadline_status(status: Status, timed_out: bool) -> Status {
     }
 }
 
-/// Counters a caller can read to see what the executor did.
-#[derive(Debug, Default)]
-pub struct ExecutorStats {
-    /// Attempts sent.
-    pub attempts: AtomicU64,
-    /// Attempts after the first that counted toward `maxAttempts`.
-    pub retries: AtomicU64,
-    /// Attempts resent because the one before provably never reached the server application
-    /// (transparent retries: no budget token, not counted toward `maxAttempts`).
-    pub transparent_retries: AtomicU64,
-    /// Hedged attempts sent after a call's first (the [`RetryLayer`](crate::RetryLayer) under a
-    /// `hedgingPolicy`).
-    pub hedges: AtomicU64,
-    /// Times the completion of an unknown outcome was resolved before deciding.
-    pub resolved_first: AtomicU64,
-    /// Answers that were replays of an earlier attempt's outcome.
-    pub replays: AtomicU64,
-    refusals: Mutex<BTreeMap<RefusalReason, u64>>,
-}
-
-impl ExecutorStats {
-    pub(crate) fn refused(&self, reason: RefusalReason) {
-        let mut refusals = self.refusals.lock().unwrap_or_else(|p| p.into_inner());
-        *refusals.entry(reason).or_default() += 1;
-    }
-
-    /// Refusals by reason.
-    pub fn refusals(&self) -> BTreeMap<RefusalReason, u64> {
-        self.refusals
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
-    }
-}
-
 /// The retry parameters of one method, from a validated A6 service config or given directly.
 ///
 /// `#[non_exhaustive]`: built with [`new`](Self::new) or
@@ -106,6 +71,10 @@ pub struct RetrySettings {
     /// A time limit for each attempt, only when asked for explicitly (the service config's
     /// `perAttemptRecvTimeout`, as grpc-java implements it).
     pub per_attempt_timeout: Option<Duration>,
+    /// The request metadata that carries the key ([`IDEMPOTENCY_KEY_HEADER`] unless set with
+    /// [`with_key_header`](Self::with_key_header)); the server's guard must read the same one
+    /// (`GuardConfig::with_key_header`).
+    pub key_header: AsciiMetadataKey,
 }
 
 impl RetrySettings {
@@ -120,7 +89,15 @@ impl RetrySettings {
             call_timeout: None,
             per_attempt_timeout: policy.per_attempt_recv_timeout(),
             policy,
+            key_header: AsciiMetadataKey::from_static(IDEMPOTENCY_KEY_HEADER),
         }
+    }
+
+    /// The request metadata that carries the key, or why `name` cannot be one (upper case,
+    /// spaces, a `-bin` suffix: gRPC metadata keys are lower-case ASCII).
+    pub fn with_key_header(mut self, name: &str) -> Result<Self, InvalidKeyHeader> {
+        self.key_header = key_header(name)?;
+        Ok(self)
     }
 
     /// The server's ledger durability, as the service documents it.
@@ -308,7 +285,7 @@ impl RetryExecutor {
             if let Some(value) = &key_value {
                 request
                     .metadata_mut()
-                    .insert(IDEMPOTENCY_KEY_HEADER, value.clone());
+                    .insert(self.settings.key_header.clone(), value.clone());
             }
             if run.previous_attempts() > 0 {
                 request.metadata_mut().insert(

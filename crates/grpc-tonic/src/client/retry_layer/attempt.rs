@@ -15,7 +15,7 @@ use tonic::body::Body;
 use tonic::{Code, Status};
 use tower_service::Service;
 
-use crate::transport::{TransportFailure, classify_chain};
+use crate::client::transport::{TransportFailure, classify_chain};
 
 /// The boxed error a channel fails with.
 pub(crate) type BoxError = Box<dyn Error + Send + Sync>;
