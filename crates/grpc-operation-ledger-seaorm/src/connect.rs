@@ -125,8 +125,9 @@ pub async fn open_sqlite(path: &Path, config: &LedgerConfig) -> Result<DatabaseC
 }
 
 /// Connects a pool to PostgreSQL. It sets nothing on the connections themselves (no startup
-/// `options`): the claim's bounded wait travels with the claim statement, so the pool works
-/// directly and behind any pooler, as `config.pooler` says (see [`Pooler`]). Does not apply
+/// `options`): the claim's bounded wait travels with the transaction (set when a unit begins, or
+/// before a write; see `SeaOrmOperationLedger`), so the pool works directly and behind a pooler,
+/// as `config.pooler` says (see [`Pooler`]). Does not apply
 /// migrations: a deployment applies them with [`migrate_with`](crate::migrate_with) when it
 /// chooses.
 pub async fn connect_postgres(

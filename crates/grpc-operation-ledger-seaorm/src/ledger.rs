@@ -46,14 +46,15 @@ enum Inserted {
 /// delay its `InFlight` answer carries:
 ///
 /// - On PostgreSQL, a unit of work begun by [`SeaOrmUnitsOfWork`](crate::SeaOrmUnitsOfWork) sets
-///   `lock_timeout` to it right after `BEGIN`; inside a `DatabaseTransaction` the caller began
-///   itself, the ledger sets it (`set_config(.., true)`, for the rest of that transaction) before
-///   each claim; and on a pool (`DatabaseConnection`), where each write would otherwise be a
+///   `lock_timeout` to it right after `BEGIN` (and its ledger, `SeaOrmUnitsOfWork::ledger`, sends
+///   nothing more); on a pool (`DatabaseConnection`), where each write would otherwise be a
 ///   transaction of its own that no setting reaches before its table lock, each write (claim,
-///   record, transition, purge) runs in a short transaction of its own that sets it first. The
-///   bound travels with the transaction, so it holds behind any pooler. On any other
-///   `ConnectionTrait` the ledger cannot tell, and only the claim statement's own bound applies
-///   (which does not cover a lock on the whole table).
+///   record, transition, purge) runs in a short transaction of its own that sets it first; on
+///   any other connection (a transaction the caller began itself, a wrapper) the ledger sets it
+///   (`set_config(.., true)`, for the rest of the transaction) before each write: one more round
+///   trip, which a unit from `SeaOrmUnitsOfWork` avoids. The bound travels with the transaction,
+///   so it holds behind a session pooler; behind a transaction pooler use units of work only
+///   (see [`Pooler::TransactionPooling`](crate::Pooler::TransactionPooling)).
 /// - On MariaDB, every claim is prefixed with `SET STATEMENT max_statement_time`, which also
 ///   ends a wait for a metadata lock.
 /// - On SQLite, the wait is the connection's busy timeout, set by
@@ -163,13 +164,12 @@ where
         }
     }
 
-    /// In a PostgreSQL transaction the caller began, bounds its lock waits before the first
-    /// insert can wait for a table lock (see the type's docs).
+    /// On a connection whose transaction was not begun by
+    /// [`SeaOrmUnitsOfWork`](crate::SeaOrmUnitsOfWork), bounds its lock
+    /// waits before a write can wait for a table lock (see the type's docs); harmless on a
+    /// connection outside any transaction, where it lasts for its own statement only.
     async fn bound_lock_wait(&self) -> Result<(), LedgerError> {
-        let own_transaction = (self.connection() as &dyn std::any::Any)
-            .downcast_ref::<DatabaseTransaction>()
-            .is_some();
-        if self.lock_wait_bounded || !own_transaction || self.backend() != DbBackend::Postgres {
+        if self.lock_wait_bounded || self.backend() != DbBackend::Postgres {
             return Ok(());
         }
         let statement = Statement::from_sql_and_values(
@@ -325,6 +325,7 @@ where
         version: Version,
         completion: &Completion,
     ) -> Result<Version, LedgerError> {
+        self.bound_lock_wait().await?;
         let sql = self.sql()?;
         let mut values = identity_values(identity);
         values.push(version.to_stored().into());
@@ -533,6 +534,7 @@ where
                 .bounded_write(pool, async |ledger| ledger.purge(retention, limit).await)
                 .await;
         }
+        self.bound_lock_wait().await?;
         let retention_ms = i64::try_from(retention.as_millis()).unwrap_or(i64::MAX);
         let values = vec![retention_ms.into(), i64::from(limit.get()).into()];
         self.execute(&self.sql()?.purge, values, Phase::Other).await

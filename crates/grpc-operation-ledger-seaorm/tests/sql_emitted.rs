@@ -74,6 +74,21 @@ impl ConnectionTrait for Recording {
     }
 }
 
+/// What a write sent, without the wait bound a ledger on a connection it did not begin sends
+/// first on PostgreSQL (`set_config('lock_timeout', ..)`, so that even a lock on the whole table
+/// is waited for at most the claim wait); asserts it is there, once, first.
+fn ledger_statements(store: Store, mut sent: Vec<String>) -> Vec<String> {
+    if store == Store::Postgres {
+        assert_eq!(
+            sent.first().map(String::as_str),
+            Some("SELECT set_config('lock_timeout', $1, true)"),
+            "the lock wait is bounded before the write: {sent:#?}"
+        );
+        sent.remove(0);
+    }
+    sent
+}
+
 async fn claim_emits_one_insert_on_conflict_and_never_an_update_on_the_insert_path(store: Store) {
     let t = fresh(store).await;
     let recording = Recording::on(&t.db);
@@ -84,7 +99,7 @@ async fn claim_emits_one_insert_on_conflict_and_never_an_update_on_the_insert_pa
     else {
         panic!("a fresh identity is claimed");
     };
-    let insert_path = std::mem::take(&mut *recording.log.lock().unwrap());
+    let insert_path = ledger_statements(store, std::mem::take(&mut *recording.log.lock().unwrap()));
     assert_eq!(insert_path.len(), 1, "{insert_path:#?}");
     // MariaDB's claim carries its wait bound as a statement prefix; PostgreSQL's reads the
     // existing row in the same statement, only when its insert inserted nothing.
@@ -119,7 +134,8 @@ async fn claim_emits_one_insert_on_conflict_and_never_an_update_on_the_insert_pa
         .claim(&id, &fingerprint("x"), lease(30_000))
         .await
         .unwrap();
-    let duplicate_path = std::mem::take(&mut *recording.log.lock().unwrap());
+    let duplicate_path =
+        ledger_statements(store, std::mem::take(&mut *recording.log.lock().unwrap()));
     assert!(
         duplicate_path[0].contains("INSERT INTO"),
         "insert first, never read-then-insert"
@@ -139,7 +155,7 @@ async fn claim_emits_one_insert_on_conflict_and_never_an_update_on_the_insert_pa
         .mark_committed(&id, version, &outcome("p"))
         .await
         .unwrap();
-    let transition = std::mem::take(&mut *recording.log.lock().unwrap());
+    let transition = ledger_statements(store, std::mem::take(&mut *recording.log.lock().unwrap()));
     assert_eq!(transition.len(), 1);
     assert!(transition[0].starts_with("UPDATE grpc_operation_ledger SET state = 'COMMITTED'"));
     assert!(transition[0].contains("AND state = 'IN_PROGRESS' AND version = "));
@@ -221,7 +237,7 @@ async fn record_finished_is_one_insert_of_the_finished_row(store: Store) {
         matches!(recorded, RecordOutcome::Recorded(_)),
         "{recorded:?}"
     );
-    let insert_path = std::mem::take(&mut *recording.log.lock().unwrap());
+    let insert_path = ledger_statements(store, std::mem::take(&mut *recording.log.lock().unwrap()));
     assert_eq!(insert_path.len(), 1, "{insert_path:#?}");
     assert!(insert_path[0].contains("INSERT INTO grpc_operation_ledger"));
     assert!(!insert_path[0].contains("UPDATE") && !insert_path[0].contains("IGNORE"));

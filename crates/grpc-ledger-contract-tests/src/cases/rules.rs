@@ -55,7 +55,8 @@ pub enum Rule {
     PurgeOnlyOldFinished,
     /// The store itself refuses rows a replay could not use (CHECK constraints).
     StoreRefusesIllegalRows,
-    /// Sixteen processes starting together all migrate, and the ledger then works.
+    /// Sixteen starts at once (each on connections of its own) all migrate, and the ledger then
+    /// works.
     ConcurrentMigrations,
     /// Hostile text is stored verbatim through bound parameters.
     BoundParameters,

@@ -181,9 +181,11 @@ pub async fn store_refuses_rows_it_could_not_replay<F: LedgerFixture>(fixture: &
     .eq(store.ledger_rows().await, 2);
 }
 
-/// Rule [`Rule::ConcurrentMigrations`]: sixteen processes start together on a store without the ledger's schema and each applies the
-/// migrations: every start succeeds, and the ledger then works. Runs on stores with the
-/// `migrations` capability.
+/// Rule [`Rule::ConcurrentMigrations`]: sixteen starts at once (each on connections of its own,
+/// as a process's would be) on a store without the ledger's schema, each applying the
+/// migrations: every start succeeds, and the ledger then works. Needs the fixture's
+/// [`Migrations`](crate::Migrations) hook. (Real processes opening one new SQLite file are the
+/// SeaORM adapter's `tests/sqlite_first_opens.rs`.)
 pub async fn concurrent_starts_migrate_once<F: LedgerFixture>(fixture: &F) {
     let Some(migrations) = fixture.migrations() else {
         return;

@@ -339,8 +339,9 @@ pub struct SeaOrmUnit {
 
 #[async_trait]
 impl UnitOfWork for SeaOrmUnit {
+    /// The ledger the guard uses in its units.
     fn ledger(&self) -> Box<dyn GrpcOperationLedger + '_> {
-        Box::new(SeaOrmOperationLedger::new(&self.txn).with_claim_wait(config().claim_wait))
+        self.units.ledger(&self.txn)
     }
 
     async fn business_write(&self, key: &str) -> Result<(), LedgerError> {
