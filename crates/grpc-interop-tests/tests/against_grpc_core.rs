@@ -187,7 +187,7 @@ fn retry_layer(config: &str) -> RetryLayer {
         .parse(config)
         .expect("a valid config");
     let catalog = MethodCatalog::from_descriptor_set_bytes(DESCRIPTOR_SET).unwrap();
-    RetryLayer::builder(GrpcRetryOwner::Channel, parsed, catalog)
+    RetryLayer::builder(parsed, catalog)
         .build()
         .expect("the layer accepts the row's config")
 }

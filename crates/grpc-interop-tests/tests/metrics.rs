@@ -86,7 +86,7 @@ fn layer(config: &str, recorded: &Recorded, target: &str) -> RetryLayer {
         .parse(config)
         .unwrap();
     let catalog = MethodCatalog::from_descriptor_set_bytes(DESCRIPTOR_SET).unwrap();
-    RetryLayer::builder(GrpcRetryOwner::Channel, config, catalog)
+    RetryLayer::builder(config, catalog)
         .target(target)
         .meter(&recorded.meter())
         .build()

@@ -62,24 +62,10 @@ fn with_key(message: pb::ProbeRequest, key: &str) -> Request<pb::ProbeRequest> {
 }
 
 #[test]
-fn the_layer_is_built_only_for_the_channel_owner_and_a_safe_config() {
-    for owner in [
-        GrpcRetryOwner::Application,
-        GrpcRetryOwner::Mesh,
-        GrpcRetryOwner::None,
-    ] {
-        let refused = RetryLayer::builder(owner, config(RETRY), catalog())
-            .build()
-            .unwrap_err();
-        assert_eq!(refused, RetryLayerError::NotChannelOwner(owner));
-        assert!(
-            refused
-                .to_string()
-                .contains("nothing on the channel may retry")
-        );
-    }
+fn the_layer_is_built_only_for_a_safe_config() {
+    // (The layer makes the channel the retry owner: there is no other owner to refuse.)
     // A retry covering a keyed mutation on a server without a durable ledger is refused.
-    let refused = RetryLayer::builder(GrpcRetryOwner::Channel, config(RETRY), keyed_catalog())
+    let refused = RetryLayer::builder(config(RETRY), keyed_catalog())
         .server_ledger(LedgerDurability::Volatile)
         .build()
         .unwrap_err();
@@ -92,7 +78,7 @@ fn the_layer_is_built_only_for_the_channel_owner_and_a_safe_config() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_keyed_mutation_is_resent_under_its_key_when_its_outcome_is_unknown() {
     let server = ProbeServer::start().await;
-    let builder = RetryLayer::builder(GrpcRetryOwner::Channel, config(RETRY), keyed_catalog())
+    let builder = RetryLayer::builder(config(RETRY), keyed_catalog())
         .server_ledger(LedgerDurability::Durable);
     let (mut client, layer) = client(&server, builder);
     let answer = client
@@ -140,7 +126,7 @@ async fn a_method_not_declared_safe_is_never_resent_once_sent() {
     // Declared non-idempotent: a retry policy covering it is refused outright.
     let mut declared = catalog();
     declared.mark_non_idempotent(&method).unwrap();
-    let refused = RetryLayer::builder(GrpcRetryOwner::Channel, config(RETRY), declared)
+    let refused = RetryLayer::builder(config(RETRY), declared)
         .build()
         .unwrap_err();
     assert!(refused.to_string().contains("non-idempotent"), "{refused}");
@@ -155,10 +141,7 @@ async fn a_method_not_declared_safe_is_never_resent_once_sent() {
         client_streaming: false,
         server_streaming: false,
     });
-    let (mut client, layer) = client(
-        &server,
-        RetryLayer::builder(GrpcRetryOwner::Channel, config(RETRY), undeclared),
-    );
+    let (mut client, layer) = client(&server, RetryLayer::builder(config(RETRY), undeclared));
     let status = client
         .call(probe("non-idempotent", "fail UNAVAILABLE 1"))
         .await
@@ -174,7 +157,7 @@ async fn a_method_not_declared_safe_is_never_resent_once_sent() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_stream_is_replayed_whole_on_the_next_attempt() {
     let server = ProbeServer::start().await;
-    let builder = RetryLayer::builder(GrpcRetryOwner::Channel, config(RETRY), catalog());
+    let builder = RetryLayer::builder(config(RETRY), catalog());
     let (mut client, _) = client(&server, builder);
     let messages = vec![
         probe("upload", "fail UNAVAILABLE 1"),
@@ -192,8 +175,7 @@ async fn a_client_stream_is_replayed_whole_on_the_next_attempt() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_body_past_the_buffer_commits_the_call() {
     let server = ProbeServer::start().await;
-    let builder =
-        RetryLayer::builder(GrpcRetryOwner::Channel, config(RETRY), catalog()).per_call_buffer(8);
+    let builder = RetryLayer::builder(config(RETRY), catalog()).per_call_buffer(8);
     let (mut client, layer) = client(&server, builder);
     let status = client
         .call(probe("too-big-to-keep", "fail UNAVAILABLE 1"))
@@ -213,7 +195,7 @@ async fn a_request_body_past_the_buffer_commits_the_call() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stream_that_fails_after_its_first_messages_is_not_retried() {
     let server = ProbeServer::start().await;
-    let builder = RetryLayer::builder(GrpcRetryOwner::Channel, config(RETRY), catalog());
+    let builder = RetryLayer::builder(config(RETRY), catalog());
     let (mut client, _) = client(&server, builder);
     let mut stream = client
         .watch(probe("watch", "stream 2 UNAVAILABLE"))
@@ -237,10 +219,7 @@ async fn a_method_without_a_config_passes_through() {
     let config = GrpcServiceConfigPolicy::new(GrpcRetryOwner::Channel)
         .parse(&json)
         .unwrap();
-    let (mut client, _) = client(
-        &server,
-        RetryLayer::builder(GrpcRetryOwner::Channel, config, catalog()),
-    );
+    let (mut client, _) = client(&server, RetryLayer::builder(config, catalog()));
     let status = client
         .call(probe("unconfigured", "fail UNAVAILABLE 1"))
         .await
@@ -254,10 +233,7 @@ const HEDGING: &str = r#""hedgingPolicy": {"maxAttempts": 3, "hedgingDelay": "0.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hedging_sends_copies_apart_and_the_first_answer_wins() {
     let server = ProbeServer::start().await;
-    let (mut client, layer) = client(
-        &server,
-        RetryLayer::builder(GrpcRetryOwner::Channel, config(HEDGING), catalog()),
-    );
+    let (mut client, layer) = client(&server, RetryLayer::builder(config(HEDGING), catalog()));
     // Every copy takes 0.35 s: copies go at 0, 0.1 and 0.2 s, and the first answers at 0.35 s.
     let started = Instant::now();
     let answer = client.call(probe("slow", "delay 350")).await.unwrap();
@@ -299,7 +275,7 @@ async fn hedging_sends_copies_apart_and_the_first_answer_wins() {
 async fn only_methods_safe_to_send_twice_are_hedged() {
     let server = ProbeServer::start().await;
     // A keyed mutation on a durable ledger is hedged with its key, and only with it.
-    let builder = RetryLayer::builder(GrpcRetryOwner::Channel, config(HEDGING), keyed_catalog())
+    let builder = RetryLayer::builder(config(HEDGING), keyed_catalog())
         .server_ledger(LedgerDurability::Durable);
     let (mut client, _) = client(&server, builder);
     client

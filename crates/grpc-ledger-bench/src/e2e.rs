@@ -400,10 +400,9 @@ impl tower_service::Service<http::Request<tonic::body::Body>> for AnswersAtOnce 
 /// layer and directly, `iterations` calls each.
 async fn retry_layer_work(iterations: u32) -> Result<Vec<Figure>> {
     let (config, catalog) = grpc_ledger_demo::channel_config()?;
-    let layer =
-        grpc_tonic::RetryLayer::builder(grpc_policy::GrpcRetryOwner::Channel, config, catalog)
-            .server_ledger(grpc_core_api::LedgerDurability::Durable)
-            .build()?;
+    let layer = grpc_tonic::RetryLayer::builder(config, catalog)
+        .server_ledger(grpc_core_api::LedgerDurability::Durable)
+        .build()?;
     let body = prost::Message::encode_to_vec(&payment_request("order-42"));
     let request = || {
         let mut framed = vec![0u8];

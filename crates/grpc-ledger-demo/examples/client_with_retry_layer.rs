@@ -27,7 +27,7 @@ async fn main() -> Result<()> {
     let config = GrpcServiceConfigPolicy::new(GrpcRetryOwner::Channel).parse(SERVICE_CONFIG)?;
     let mut catalog = MethodCatalog::from_descriptor_set_bytes(DESCRIPTOR_SET)?;
     catalog.mark_keyed_mutation(&"/payments.v1.Payments/CreatePayment".parse()?)?;
-    let layer = RetryLayer::builder(GrpcRetryOwner::Channel, config, catalog)
+    let layer = RetryLayer::builder(config, catalog)
         .server_ledger(LedgerDurability::Durable) // refused for keyed mutations otherwise
         .target(format!("http://{addr}"))
         .build()?;

@@ -121,7 +121,7 @@ pub fn retry_settings() -> Result<(RetrySettings, Arc<GrpcRetryBudget>)> {
 /// layer (for its counters).
 pub fn layered_client(channel: Channel, target: &str) -> Result<(LayeredClient, RetryLayer)> {
     let (config, catalog) = channel_config()?;
-    let layer = RetryLayer::builder(GrpcRetryOwner::Channel, config, catalog)
+    let layer = RetryLayer::builder(config, catalog)
         .server_ledger(LedgerDurability::Durable)
         .target(target)
         .build()?;

@@ -57,6 +57,17 @@ pub enum LedgerKnowledge {
     None,
 }
 
+/// What a server's ledger durability tells the validator: a durable ledger is one; a volatile one
+/// (the in-memory double) is none for retries' purposes.
+impl From<grpc_core_api::LedgerDurability> for LedgerKnowledge {
+    fn from(durability: grpc_core_api::LedgerDurability) -> Self {
+        match durability {
+            grpc_core_api::LedgerDurability::Durable => LedgerKnowledge::Durable,
+            grpc_core_api::LedgerDurability::Volatile => LedgerKnowledge::None,
+        }
+    }
+}
+
 /// Checks that a service config fits the service it configures and the channel's one owner.
 #[derive(Debug, Clone)]
 pub struct GrpcRetryOwnershipValidator {

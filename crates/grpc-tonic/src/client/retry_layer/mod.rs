@@ -47,11 +47,6 @@ const CALLERS_OWN: Duration = Duration::from_millis(1);
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum RetryLayerError {
-    /// The layer is the channel's retry owner; another owner must not have one.
-    #[error(
-        "the RetryLayer retries for the channel owner; the channel's retry owner is {0}, so nothing on the channel may retry"
-    )]
-    NotChannelOwner(GrpcRetryOwner),
     /// The ownership validator found errors in the service config for this catalog.
     #[error("the service config is unsafe for these methods: {}", first_error(.0))]
     UnsafeConfig(Vec<Finding>),
@@ -79,7 +74,7 @@ fn first_error(findings: &[Finding]) -> String {
 ///     "retryPolicy": {"maxAttempts": 3, "initialBackoff": "0.1s", "maxBackoff": "1s",
 ///                     "backoffMultiplier": 2, "retryableStatusCodes": ["UNAVAILABLE"]}}]}"#)?;
 /// let catalog = MethodCatalog::new(); // from the service's descriptor set, in real use
-/// let layer = RetryLayer::builder(GrpcRetryOwner::Channel, config, catalog).build()?;
+/// let layer = RetryLayer::builder(config, catalog).build()?;
 /// let channel = tonic::transport::Endpoint::from_static("http://127.0.0.1:50051").connect_lazy();
 /// let retrying = ServiceBuilder::new().layer(layer).service(channel);
 /// // SvcClient::new(retrying): every call now retried as the config says.
@@ -117,7 +112,6 @@ pub struct RetryLayer {
 /// Builds a [`RetryLayer`].
 #[derive(Debug)]
 pub struct RetryLayerBuilder {
-    owner: GrpcRetryOwner,
     config: ServiceConfig,
     catalog: MethodCatalog,
     server_ledger: LedgerDurability,
@@ -130,16 +124,13 @@ pub struct RetryLayerBuilder {
 }
 
 impl RetryLayer {
-    /// Starts a layer for a channel whose retry owner is `owner` (it must be
-    /// [`GrpcRetryOwner::Channel`]), configured by `config`, for the methods of `catalog` (a
-    /// method the catalog lacks is non-idempotent: never retried once sent).
-    pub fn builder(
-        owner: GrpcRetryOwner,
-        config: ServiceConfig,
-        catalog: MethodCatalog,
-    ) -> RetryLayerBuilder {
+    /// Starts a layer configured by `config`, for the methods of `catalog` (a method the
+    /// catalog lacks is non-idempotent: never retried once sent). The layer makes the channel
+    /// the retry owner ([`GrpcRetryOwner::Channel`]): a channel whose retries another owner has
+    /// (the application's executor, a mesh) gets no RetryLayer at all, so there is no owner to
+    /// pass.
+    pub fn builder(config: ServiceConfig, catalog: MethodCatalog) -> RetryLayerBuilder {
         RetryLayerBuilder {
-            owner,
             config,
             catalog,
             server_ledger: LedgerDurability::Volatile,
@@ -209,18 +200,11 @@ impl RetryLayerBuilder {
         self
     }
 
-    /// The layer, or why it must not be: an owner other than the channel, or a config the
-    /// ownership validator finds errors in for these methods and this ledger.
+    /// The layer, or why it must not be: a config the ownership validator finds errors in for
+    /// these methods and this ledger.
     pub fn build(self) -> Result<RetryLayer, RetryLayerError> {
-        if self.owner != GrpcRetryOwner::Channel {
-            return Err(RetryLayerError::NotChannelOwner(self.owner));
-        }
-        let knowledge = match self.server_ledger {
-            LedgerDurability::Durable => LedgerKnowledge::Durable,
-            LedgerDurability::Volatile => LedgerKnowledge::None,
-        };
-        let errors: Vec<Finding> = GrpcRetryOwnershipValidator::new(self.owner)
-            .with_ledger(knowledge)
+        let errors: Vec<Finding> = GrpcRetryOwnershipValidator::new(GrpcRetryOwner::Channel)
+            .with_ledger(LedgerKnowledge::from(self.server_ledger))
             .validate(&self.config, &self.catalog)
             .into_iter()
             .filter(|finding| finding.severity == Severity::Error)
