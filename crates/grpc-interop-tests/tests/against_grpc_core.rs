@@ -18,7 +18,7 @@ use grpc_interop_tests::raw_h2::{Behaviour, Script, goaway_then, raw_server, ref
 use grpc_interop_tests::{Attempt, DESCRIPTOR_SET, METHOD, ProbeServer, lazy_channel, pb};
 use grpc_policy::{
     GrpcRetryBudget, GrpcRetryOwner, GrpcServiceConfigPolicy, MethodCatalog, MethodClass,
-    RetryThrottling, ServiceConfig,
+    RetryPlan, RetryThrottling, ServiceConfig,
 };
 use grpc_tonic::{CommitObserver, Resolution, RetryExecutor, RetryLayer, RetrySettings};
 use tonic::{Request, Status};
@@ -133,17 +133,13 @@ async fn through_executor(
     scripts: &[&str],
     timeout: Option<f64>,
 ) -> Vec<Observed> {
-    let parsed = GrpcServiceConfigPolicy::new(GrpcRetryOwner::Channel)
-        .parse(config)
-        .expect("a valid config");
-    let method = GrpcMethod::parse(METHOD).unwrap();
-    let settings = RetrySettings::from_service_config(&parsed, &method, LedgerDurability::Durable)
+    let plan = channel_plan(config);
+    let settings = RetrySettings::from_plan(&plan, &GrpcMethod::parse(METHOD).unwrap())
         .expect("a retry policy for the method");
-    let budget = Arc::new(GrpcRetryBudget::new(
-        &parsed
-            .retry_throttling
-            .unwrap_or_else(|| RetryThrottling::new(1000, 1000.0).unwrap()),
-    ));
+    let budget = Arc::new(
+        plan.budget()
+            .unwrap_or_else(|| GrpcRetryBudget::new(&RetryThrottling::new(1000, 1000.0).unwrap())),
+    );
     let executor = RetryExecutor::new(settings, budget);
     let channel = lazy_channel(server.addr());
     let client = pb::probe_client::ProbeClient::new(channel);
@@ -179,6 +175,20 @@ async fn through_executor(
         });
     }
     observed
+}
+
+/// `config` checked for the channel owner, the probe's methods and a durable ledger: what the
+/// executor reads its settings from.
+fn channel_plan(config: &str) -> RetryPlan {
+    let parsed = ServiceConfig::parse(config).expect("a valid config");
+    let catalog = MethodCatalog::from_descriptor_set_bytes(DESCRIPTOR_SET).unwrap();
+    RetryPlan::new(
+        GrpcRetryOwner::Channel,
+        parsed,
+        catalog,
+        LedgerDurability::Durable,
+    )
+    .expect("the plan accepts the row's config")
 }
 
 /// The RetryLayer under test: the channel owner for the probe's methods, built from `config`.
@@ -517,13 +527,9 @@ async fn one_call(client: &str, addr: std::net::SocketAddr, config: &str) -> Str
         request.set_timeout(Duration::from_secs(5));
         return outcome(&layered_client(addr, config).call(request).await);
     }
-    let parsed = ServiceConfig::parse(config).unwrap();
-    let settings = RetrySettings::from_service_config(
-        &parsed,
-        &GrpcMethod::parse(METHOD).unwrap(),
-        LedgerDurability::Durable,
-    )
-    .unwrap();
+    let settings =
+        RetrySettings::from_plan(&channel_plan(config), &GrpcMethod::parse(METHOD).unwrap())
+            .expect("a retry policy for the method");
     let executor = RetryExecutor::new(
         settings,
         Arc::new(GrpcRetryBudget::new(

@@ -5,13 +5,10 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use grpc_core_api::{IdempotencyKey, LedgerDurability, LedgerUnitsOfWork};
 use grpc_operation_ledger_seaorm::SeaOrmUnitsOfWork;
-use grpc_policy::{
-    GrpcRetryBudget, GrpcRetryOwner, GrpcRetryOwnershipValidator, GrpcServiceConfigPolicy,
-    LedgerKnowledge, MethodCatalog, ServiceConfig, Severity,
-};
+use grpc_policy::{GrpcRetryBudget, GrpcRetryOwner, MethodCatalog, RetryPlan, ServiceConfig};
 use grpc_tonic::{
     CommitObserver, IDEMPOTENCY_KEY_HEADER, Resolution, RetryExecutor, RetryLayer, RetryService,
     RetrySettings,
@@ -77,44 +74,32 @@ pub fn with_token(mut request: Request<()>) -> Result<Request<()>, Status> {
     Ok(request)
 }
 
-/// Reads the demo's service config and the catalog of its methods (CreatePayment marked a keyed
-/// mutation), after checking the config against them and the one-owner rule, as users' CI would
-/// with grpc-retry-lint.
+/// The demo's service config and the catalog of its methods (CreatePayment marked a keyed
+/// mutation), as they are: whichever layer applies them checks them, once.
 pub fn channel_config() -> Result<(ServiceConfig, MethodCatalog)> {
-    let owner = GrpcRetryOwner::Channel;
-    let config = GrpcServiceConfigPolicy::new(owner).parse(SERVICE_CONFIG)?;
+    let config = ServiceConfig::parse(SERVICE_CONFIG)?;
     let mut catalog = MethodCatalog::from_descriptor_set_bytes(DESCRIPTOR_SET)?;
     catalog.mark_keyed_mutation(&create_method())?;
-    let findings = GrpcRetryOwnershipValidator::new(owner)
-        .with_ledger(LedgerKnowledge::Durable)
-        .validate(&config, &catalog);
-    if let Some(error) = findings.iter().find(|f| f.severity == Severity::Error) {
-        bail!("the demo's service config is unsafe: {error}");
-    }
     Ok((config, catalog))
 }
 
 /// The executor's settings for the application owner: the service config's retry parameters for
-/// CreatePayment and its throttling, owned by the application (its channel then runs without
+/// CreatePayment and its throttling, planned for the application (its channel then runs without
 /// them, so only one layer retries).
 pub fn retry_settings() -> Result<(RetrySettings, Arc<GrpcRetryBudget>)> {
-    let (config, _) = channel_config()?;
-    let (_, entry) = config
-        .entry_for(&create_method())
-        .context("the service config has no entry for CreatePayment")?;
-    let policy = entry
-        .retry_policy
-        .clone()
+    let (config, catalog) = channel_config()?;
+    let plan = RetryPlan::new(
+        GrpcRetryOwner::Application,
+        config,
+        catalog,
+        LedgerDurability::Durable,
+    )?;
+    let settings = RetrySettings::from_plan(&plan, &create_method())
         .context("the service config has no retry policy for CreatePayment")?;
-    let mut settings = RetrySettings::new(GrpcRetryOwner::Application, policy)
-        .with_server_ledger(LedgerDurability::Durable);
-    if let Some(timeout) = entry.timeout {
-        settings = settings.with_call_timeout(timeout);
-    }
-    let throttling = config
-        .retry_throttling
+    let budget = plan
+        .budget()
         .context("the service config has no retryThrottling")?;
-    Ok((settings, Arc::new(GrpcRetryBudget::new(&throttling))))
+    Ok((settings, Arc::new(budget)))
 }
 
 /// The generated client over the channel with a [`RetryLayer`] from the service config, and the

@@ -16,20 +16,24 @@ use tonic::Code;
 use tower::retry::budget::{Budget, TpsBudget};
 
 fn eligibility(c: &mut Criterion) {
-    let facts = AttemptFacts {
-        owner: GrpcRetryOwner::Application,
-        class: MethodClass::KeyedMutation,
-        evidence: Evidence::Sent,
-        code: Code::Aborted,
-        retryable: CodeSet::of(&[Code::Unavailable, Code::Aborted, Code::DeadlineExceeded]),
-        has_key: true,
-        ledger: LedgerDurability::Durable,
-        sent_attempts: 1,
-        max_attempts: 3,
-        remaining_deadline: Some(Duration::from_secs(1)),
-        next_backoff: Duration::from_millis(100),
-        budget_allows: true,
-    };
+    let facts = AttemptFacts::new(
+        GrpcRetryOwner::Application,
+        MethodClass::KeyedMutation,
+        Code::Aborted,
+    )
+    .with_evidence(Evidence::Sent)
+    .with_retryable(CodeSet::of(&[
+        Code::Unavailable,
+        Code::Aborted,
+        Code::DeadlineExceeded,
+    ]))
+    .with_key(true)
+    .with_ledger(LedgerDurability::Durable)
+    .with_sent_attempts(1)
+    .with_max_attempts(3)
+    .with_remaining_deadline(Some(Duration::from_secs(1)))
+    .with_next_backoff(Duration::from_millis(100))
+    .with_budget_allows(true);
     c.bench_function("eligibility/decide", |b| {
         b.iter(|| GrpcRetryEligibility::decide(black_box(&facts)))
     });

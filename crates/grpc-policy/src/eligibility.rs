@@ -22,7 +22,13 @@ pub enum Evidence {
 }
 
 /// Everything the verdict depends on, for one failed attempt.
+///
+/// Built with [`new`](Self::new) and the `with_` methods (`#[non_exhaustive]`: a new fact, with
+/// its default, breaks no caller); the fields stay public to read. The defaults are the cautious
+/// ones: no retryable codes, one attempt of one and a budget that refuses each refuse on their
+/// own, so facts a caller forgot to give end in a refusal, not a retry.
 #[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
 pub struct AttemptFacts {
     /// Who owns retries on the channel.
     pub owner: GrpcRetryOwner,
@@ -49,6 +55,101 @@ pub struct AttemptFacts {
     pub next_backoff: Duration,
     /// Whether the retry budget allows a retry now ([`crate::GrpcRetryBudget::allows_retry`]).
     pub budget_allows: bool,
+}
+
+impl AttemptFacts {
+    /// An attempt of a `class` method that ended with `code`, on a channel owned by `owner`. The
+    /// other facts start at their refusing defaults: evidence [`Evidence::Sent`], no retryable
+    /// codes, no key, a volatile ledger, 1 attempt sent of at most 1, no deadline, no backoff,
+    /// and a budget that refuses.
+    pub fn new(owner: GrpcRetryOwner, class: MethodClass, code: Code) -> Self {
+        Self {
+            owner,
+            class,
+            evidence: Evidence::Sent,
+            code,
+            retryable: CodeSet::EMPTY,
+            has_key: false,
+            ledger: LedgerDurability::Volatile,
+            sent_attempts: 1,
+            max_attempts: 1,
+            remaining_deadline: None,
+            next_backoff: Duration::ZERO,
+            budget_allows: false,
+        }
+    }
+
+    /// Who owns retries on the channel.
+    pub fn with_owner(mut self, owner: GrpcRetryOwner) -> Self {
+        self.owner = owner;
+        self
+    }
+
+    /// The method's class.
+    pub fn with_class(mut self, class: MethodClass) -> Self {
+        self.class = class;
+        self
+    }
+
+    /// The attempt's status.
+    pub fn with_code(mut self, code: Code) -> Self {
+        self.code = code;
+        self
+    }
+
+    /// What is known about the attempt.
+    pub fn with_evidence(mut self, evidence: Evidence) -> Self {
+        self.evidence = evidence;
+        self
+    }
+
+    /// The codes the method's retry policy retries.
+    pub fn with_retryable(mut self, retryable: CodeSet) -> Self {
+        self.retryable = retryable;
+        self
+    }
+
+    /// Whether the call carries a caller idempotency key.
+    pub fn with_key(mut self, has_key: bool) -> Self {
+        self.has_key = has_key;
+        self
+    }
+
+    /// The server's ledger durability.
+    pub fn with_ledger(mut self, ledger: LedgerDurability) -> Self {
+        self.ledger = ledger;
+        self
+    }
+
+    /// Attempts sent so far (this one included if it was sent).
+    pub fn with_sent_attempts(mut self, sent: u32) -> Self {
+        self.sent_attempts = sent;
+        self
+    }
+
+    /// The retry policy's maximum number of attempts.
+    pub fn with_max_attempts(mut self, max: u32) -> Self {
+        self.max_attempts = max;
+        self
+    }
+
+    /// Time left before the call's deadline (`None`: the call has none).
+    pub fn with_remaining_deadline(mut self, remaining: Option<Duration>) -> Self {
+        self.remaining_deadline = remaining;
+        self
+    }
+
+    /// The backoff before the next attempt.
+    pub fn with_next_backoff(mut self, backoff: Duration) -> Self {
+        self.next_backoff = backoff;
+        self
+    }
+
+    /// Whether the retry budget allows a retry now.
+    pub fn with_budget_allows(mut self, allows: bool) -> Self {
+        self.budget_allows = allows;
+        self
+    }
 }
 
 /// Why a retry was refused.
@@ -130,6 +231,18 @@ impl fmt::Display for Verdict {
 pub struct GrpcRetryEligibility;
 
 impl GrpcRetryEligibility {
+    /// Whether a call may go out as several copies at once (A6 hedging): only when running it
+    /// more than once is harmless. Reads and idempotent methods are; a keyed mutation is when it
+    /// carries its key and the server's ledger is durable (the ledger answers every copy after
+    /// the first from its record); anything else gets one attempt.
+    pub fn may_hedge(class: MethodClass, has_key: bool, ledger: LedgerDurability) -> bool {
+        match class {
+            MethodClass::NoSideEffects | MethodClass::Idempotent => true,
+            MethodClass::KeyedMutation => has_key && ledger == LedgerDurability::Durable,
+            MethodClass::NonIdempotent => false,
+        }
+    }
+
     /// The verdict for one failed attempt.
     pub fn decide(facts: &AttemptFacts) -> Verdict {
         use RefusalReason::*;

@@ -1,6 +1,7 @@
 //! Pure retry policy for gRPC: which layer owns retries on a channel ([`GrpcRetryOwner`]), the
 //! gRFC A6 service config ([`ServiceConfig`], [`GrpcServiceConfigPolicy`]), the method catalog and
-//! the ownership validator ([`MethodCatalog`], [`GrpcRetryOwnershipValidator`]), retry
+//! the ownership validator ([`MethodCatalog`], [`GrpcRetryOwnershipValidator`]), a config checked
+//! once for the layer that applies its retries ([`RetryPlan`]), retry
 //! eligibility ([`GrpcRetryEligibility`]), the retry budget ([`GrpcRetryBudget`]) and backoff
 //! ([`Backoff`]).
 //!
@@ -15,6 +16,7 @@ mod catalog;
 mod codes;
 mod eligibility;
 mod owner;
+mod plan;
 mod service_config;
 mod validator;
 
@@ -24,6 +26,7 @@ pub use catalog::{CatalogError, MethodCatalog, MethodClass, MethodInfo};
 pub use codes::{ALL_CODES, CodeSet, code_name, parse_code};
 pub use eligibility::{AttemptFacts, Evidence, GrpcRetryEligibility, RefusalReason, Verdict};
 pub use owner::{GrpcRetryOwner, UnknownOwner};
+pub use plan::{MethodRetry, RetryPlan, UnsafeRetryConfig};
 pub use service_config::{
     ConfigError, GrpcServiceConfigPolicy, HedgingPolicy, MAX_ATTEMPTS_CAP, MethodConfig,
     MethodName, PortabilityNote, RetryPolicy, RetryThrottling, ServiceConfig,

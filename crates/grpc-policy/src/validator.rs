@@ -2,8 +2,10 @@
 
 use std::fmt;
 
+use crate::service_config::owner_violations;
 use crate::{
-    GrpcRetryOwner, MAX_ATTEMPTS_CAP, MethodCatalog, MethodClass, MethodName, ServiceConfig,
+    GrpcRetryOwner, MAX_ATTEMPTS_CAP, MethodCatalog, MethodClass, MethodConfig, MethodName,
+    ServiceConfig,
 };
 
 /// How bad a finding is: errors fail a lint run, warnings are reported.
@@ -133,140 +135,45 @@ impl GrpcRetryOwnershipValidator {
         problems: &[crate::ConfigError],
         catalog: &MethodCatalog,
     ) -> Vec<Finding> {
-        let mut findings = Vec::new();
-        let mut add = |rule, severity, path: String, message: String| {
-            findings.push(Finding {
-                rule,
-                severity,
-                path,
-                message,
-            })
-        };
-        for problem in problems {
-            add(
-                "invalid-config",
-                Severity::Error,
-                problem.path.clone(),
-                format!(
-                    "{} (gRPC's clients refuse the whole config)",
-                    problem.message
-                ),
-            );
-        }
-        for note in &config.portability {
-            add(
-                "portability",
-                Severity::Warning,
-                note.path.clone(),
-                note.message.clone(),
-            );
-        }
+        let mut findings = Findings::default();
+        findings.reading(config, problems);
+        let mut violations = owner_violations(self.owner, config).peekable();
         for (i, entry) in config.method_configs.iter().enumerate() {
-            let path = format!("$.methodConfig[{i}]");
-            for (j, name) in entry.names.iter().enumerate() {
-                let service = match name {
-                    MethodName::Default => None,
-                    MethodName::Service(service) => Some(service.as_str()),
-                    MethodName::Method(method) => Some(method.service()),
-                };
-                let empty_service = service.is_some_and(|service| {
-                    catalog.declares_service(service) && !catalog.has_service(service)
-                });
-                let missing = match name {
-                    MethodName::Default => false,
-                    MethodName::Service(service) => !catalog.has_service(service),
-                    MethodName::Method(method) => catalog.get(method).is_none(),
-                };
-                if empty_service {
-                    add(
-                        "empty-service",
-                        Severity::Warning,
-                        entry.name_path(&path, j),
-                        format!(
-                            "{name}: the service declares no methods, so this name configures nothing"
-                        ),
-                    );
-                } else if missing {
-                    add(
-                        "stale-name",
-                        Severity::Error,
-                        entry.name_path(&path, j),
-                        format!(
-                            "{name} matches no method of the service (renamed or removed?); the calls it meant run with defaults"
-                        ),
-                    );
-                }
-                let governs_any = catalog.methods().any(|m| {
-                    name.covers(&m.method)
-                        && config
-                            .entry_for(&m.method)
-                            .is_some_and(|(winner, _)| winner == i)
-                });
-                if !missing && name.specificity() < 2 && !governs_any {
-                    add(
-                        "shadowed",
-                        Severity::Warning,
-                        entry.name_path(&path, j),
-                        format!(
-                            "{name} is shadowed: every method it covers has a more specific entry"
-                        ),
-                    );
-                }
+            findings.names(config, catalog, i, entry);
+            if let Some((_, violation)) = violations.next_if(|(at, _)| *at == i) {
+                findings.add("owner", Severity::Error, violation.path, violation.message);
             }
-            let policy_field = if entry.retry_policy.is_some() {
-                Some("retryPolicy")
-            } else if entry.hedging_policy.is_some() {
-                Some("hedgingPolicy")
-            } else {
-                None
-            };
-            if let Some(field) = policy_field {
-                if !self.owner.allows_service_config_retry() {
-                    add(
-                        "owner",
-                        Severity::Error,
-                        format!("{path}.{field}"),
-                        format!(
-                            "the channel's retry owner is {}; the service config must not retry",
-                            self.owner
-                        ),
-                    );
-                }
-                let requested = entry
-                    .retry_policy
-                    .as_ref()
-                    .map(|p| p.max_attempts_requested())
-                    .or(entry
-                        .hedging_policy
-                        .as_ref()
-                        .map(|h| h.max_attempts_requested()))
-                    .unwrap_or(0);
-                if requested > MAX_ATTEMPTS_CAP {
-                    add(
-                        "max-attempts-capped",
-                        Severity::Warning,
-                        format!("{path}.{field}.maxAttempts"),
-                        format!("{requested} attempts are capped at {MAX_ATTEMPTS_CAP}"),
-                    );
-                }
-            }
+            findings.attempts_cap(i, entry);
         }
-        // Which unsafe methods a retrying entry really governs, directly or through a wider name.
+        self.unsafe_coverage(&mut findings, config, catalog);
+        self.amplification(&mut findings, config);
+        let mut findings = findings.0;
+        findings.sort_by_key(|f| std::cmp::Reverse(f.severity));
+        findings
+    }
+
+    /// The methods a retrying entry really governs (directly or through a wider name) that are
+    /// not safe to send twice: non-idempotent, of undeclared idempotency, or keyed without a
+    /// known durable ledger.
+    fn unsafe_coverage(
+        &self,
+        findings: &mut Findings,
+        config: &ServiceConfig,
+        catalog: &MethodCatalog,
+    ) {
         for info in catalog.methods() {
             let Some((i, entry)) = config.entry_for(&info.method) else {
                 continue;
             };
-            let field = if entry.retry_policy.is_some() {
-                "retryPolicy"
-            } else if entry.hedging_policy.is_some() {
-                "hedgingPolicy"
-            } else {
+            let Some(field) = entry.retry_field() else {
                 continue;
             };
+            let path = format!("$.methodConfig[{i}].{field}");
+            let method = &info.method;
             let via = entry
                 .names
                 .iter()
-                .filter(|n| n.covers(&info.method))
+                .filter(|n| n.covers(method))
                 .max_by_key(|n| n.specificity())
                 .map(|n| match n {
                     MethodName::Method(_) => "directly".to_owned(),
@@ -274,56 +181,50 @@ impl GrpcRetryOwnershipValidator {
                 })
                 .unwrap_or_default();
             match (info.class, info.declared) {
-                (MethodClass::NonIdempotent, true) => add(
+                (MethodClass::NonIdempotent, true) => findings.add(
                     "non-idempotent-retry",
                     Severity::Error,
-                    format!("$.methodConfig[{i}].{field}"),
-                    format!(
-                        "{field} covers non-idempotent {} ({via}): a sent call may run twice",
-                        info.method
-                    ),
+                    path,
+                    format!("{field} covers non-idempotent {method} ({via}): a sent call may run twice"),
                 ),
-                (MethodClass::NonIdempotent, false) => add(
+                (MethodClass::NonIdempotent, false) => findings.add(
                     "undeclared-idempotency",
                     if self.strict {
                         Severity::Error
                     } else {
                         Severity::Warning
                     },
-                    format!("$.methodConfig[{i}].{field}"),
+                    path,
                     format!(
-                        "{field} covers {} ({via}), whose idempotency is not declared: a sent call \
+                        "{field} covers {method} ({via}), whose idempotency is not declared: a sent call \
                          may run twice unless it is safe to repeat. Declare it in the .proto \
                          (option idempotency_level = IDEMPOTENT or NO_SIDE_EFFECTS), or as a keyed \
-                         mutation (--keyed)",
-                        info.method
+                         mutation (--keyed)"
                     ),
                 ),
-                (MethodClass::KeyedMutation, _) if self.ledger != LedgerKnowledge::Durable => add(
+                (MethodClass::KeyedMutation, _) if self.ledger != LedgerKnowledge::Durable => findings.add(
                     "keyed-retry",
                     if self.ledger == LedgerKnowledge::None {
                         Severity::Error
                     } else {
                         Severity::Warning
                     },
-                    format!("$.methodConfig[{i}].{field}"),
+                    path,
                     format!(
-                        "{field} covers keyed mutation {} ({via}): safe only if every call carries a key and the server's ledger is durable",
-                        info.method
+                        "{field} covers keyed mutation {method} ({via}): safe only if every call carries a key and the server's ledger is durable"
                     ),
                 ),
                 _ => {}
             }
         }
+    }
+
+    /// One call's worst case across every declared layer, against the bound.
+    fn amplification(&self, findings: &mut Findings, config: &ServiceConfig) {
         let channel_attempts = config
             .method_configs
             .iter()
-            .filter_map(|e| {
-                e.retry_policy
-                    .as_ref()
-                    .map(|p| p.max_attempts())
-                    .or(e.hedging_policy.as_ref().map(|h| h.max_attempts()))
-            })
+            .filter_map(MethodConfig::max_attempts)
             .max()
             .unwrap_or(1);
         let mut layers = vec![("channel".to_owned(), channel_attempts)];
@@ -331,7 +232,7 @@ impl GrpcRetryOwnershipValidator {
         let worst: u64 = layers.iter().map(|(_, a)| u64::from((*a).max(1))).product();
         if worst > u64::from(self.amplification_bound) {
             let shown: Vec<String> = layers.iter().map(|(n, a)| format!("{n} {a}")).collect();
-            add(
+            findings.add(
                 "amplification",
                 Severity::Error,
                 "$".to_owned(),
@@ -342,7 +243,120 @@ impl GrpcRetryOwnershipValidator {
                 ),
             );
         }
-        findings.sort_by_key(|f| std::cmp::Reverse(f.severity));
-        findings
+    }
+}
+
+/// The findings of one validation, in the order they are found.
+#[derive(Default)]
+struct Findings(Vec<Finding>);
+
+impl Findings {
+    fn add(&mut self, rule: &'static str, severity: Severity, path: String, message: String) {
+        self.0.push(Finding {
+            rule,
+            severity,
+            path,
+            message,
+        });
+    }
+
+    /// What reading the config found: problems the clients refuse it for, and what the
+    /// reference clients read differently.
+    fn reading(&mut self, config: &ServiceConfig, problems: &[crate::ConfigError]) {
+        for problem in problems {
+            self.add(
+                "invalid-config",
+                Severity::Error,
+                problem.path.clone(),
+                format!(
+                    "{} (gRPC's clients refuse the whole config)",
+                    problem.message
+                ),
+            );
+        }
+        for note in &config.portability {
+            self.add(
+                "portability",
+                Severity::Warning,
+                note.path.clone(),
+                note.message.clone(),
+            );
+        }
+    }
+
+    /// The names of entry `i` that configure nothing: a name for no method (stale), for a
+    /// service that declares none, or one every method of which a more specific entry takes.
+    fn names(
+        &mut self,
+        config: &ServiceConfig,
+        catalog: &MethodCatalog,
+        i: usize,
+        entry: &MethodConfig,
+    ) {
+        let path = format!("$.methodConfig[{i}]");
+        for (j, name) in entry.names.iter().enumerate() {
+            let service = match name {
+                MethodName::Default => None,
+                MethodName::Service(service) => Some(service.as_str()),
+                MethodName::Method(method) => Some(method.service()),
+            };
+            let empty_service = service.is_some_and(|service| {
+                catalog.declares_service(service) && !catalog.has_service(service)
+            });
+            let missing = match name {
+                MethodName::Default => false,
+                MethodName::Service(service) => !catalog.has_service(service),
+                MethodName::Method(method) => catalog.get(method).is_none(),
+            };
+            if empty_service {
+                self.add(
+                    "empty-service",
+                    Severity::Warning,
+                    entry.name_path(&path, j),
+                    format!(
+                        "{name}: the service declares no methods, so this name configures nothing"
+                    ),
+                );
+            } else if missing {
+                self.add(
+                    "stale-name",
+                    Severity::Error,
+                    entry.name_path(&path, j),
+                    format!(
+                        "{name} matches no method of the service (renamed or removed?); the calls it meant run with defaults"
+                    ),
+                );
+            }
+            let governs_any = catalog.methods().any(|m| {
+                name.covers(&m.method)
+                    && config
+                        .entry_for(&m.method)
+                        .is_some_and(|(winner, _)| winner == i)
+            });
+            if !missing && name.specificity() < 2 && !governs_any {
+                self.add(
+                    "shadowed",
+                    Severity::Warning,
+                    entry.name_path(&path, j),
+                    format!("{name} is shadowed: every method it covers has a more specific entry"),
+                );
+            }
+        }
+    }
+
+    /// A `maxAttempts` above A6's cap, which the clients lower without a word.
+    fn attempts_cap(&mut self, i: usize, entry: &MethodConfig) {
+        let (Some(field), Some(requested)) = (entry.retry_field(), entry.max_attempts_requested())
+        else {
+            return;
+        };
+        if requested > MAX_ATTEMPTS_CAP {
+            self.add(
+                "max-attempts-capped",
+                Severity::Warning,
+                format!("$.methodConfig[{i}].{field}.maxAttempts"),
+                format!("{requested} attempts are capped at {MAX_ATTEMPTS_CAP}"),
+            );
+        }
     }
 }

@@ -30,20 +30,16 @@ fn retryable() -> CodeSet {
 }
 
 fn facts(class: MethodClass, evidence: Evidence, code: Code) -> AttemptFacts {
-    AttemptFacts {
-        owner: GrpcRetryOwner::Application,
-        class,
-        evidence,
-        code,
-        retryable: retryable(),
-        has_key: true,
-        ledger: LedgerDurability::Durable,
-        sent_attempts: 1,
-        max_attempts: 3,
-        remaining_deadline: Some(Duration::from_secs(10)),
-        next_backoff: Duration::from_millis(100),
-        budget_allows: true,
-    }
+    AttemptFacts::new(GrpcRetryOwner::Application, class, code)
+        .with_evidence(evidence)
+        .with_retryable(retryable())
+        .with_key(true)
+        .with_ledger(LedgerDurability::Durable)
+        .with_sent_attempts(1)
+        .with_max_attempts(3)
+        .with_remaining_deadline(Some(Duration::from_secs(10)))
+        .with_next_backoff(Duration::from_millis(100))
+        .with_budget_allows(true)
 }
 
 /// Every class x evidence x status code x key x durability, with the owner Application, attempt 1
@@ -58,11 +54,9 @@ fn cross_product_matches_the_snapshot() {
             for code in ALL_CODES {
                 for has_key in [true, false] {
                     for ledger in [LedgerDurability::Durable, LedgerDurability::Volatile] {
-                        let f = AttemptFacts {
-                            has_key,
-                            ledger,
-                            ..facts(class, evidence, code)
-                        };
+                        let f = facts(class, evidence, code)
+                            .with_key(has_key)
+                            .with_ledger(ledger);
                         let verdict = GrpcRetryEligibility::decide(&f);
                         writeln!(table, "{}", GrpcRetryEligibility::explain(&f, verdict)).unwrap();
                         rows += 1;
@@ -83,105 +77,69 @@ fn rules_held_fixed_by_the_cross_product() {
         ("baseline", base, Verdict::Retry),
         (
             "mesh owns retries",
-            AttemptFacts {
-                owner: GrpcRetryOwner::Mesh,
-                ..base
-            },
+            base.with_owner(GrpcRetryOwner::Mesh),
             Verdict::Refuse(NotOwner),
         ),
         (
             "nobody retries",
-            AttemptFacts {
-                owner: GrpcRetryOwner::None,
-                evidence: Evidence::NotSent,
-                ..base
-            },
+            base.with_owner(GrpcRetryOwner::None)
+                .with_evidence(Evidence::NotSent),
             Verdict::Refuse(NotOwner),
         ),
         (
             "channel owner",
-            AttemptFacts {
-                owner: GrpcRetryOwner::Channel,
-                ..base
-            },
+            base.with_owner(GrpcRetryOwner::Channel),
             Verdict::Retry,
         ),
         (
             "attempts used up",
-            AttemptFacts {
-                sent_attempts: 3,
-                ..base
-            },
+            base.with_sent_attempts(3),
             Verdict::Refuse(AttemptsExhausted),
         ),
         (
             "unsent attempt does not count",
-            AttemptFacts {
-                sent_attempts: 2,
-                evidence: Evidence::NotSent,
-                class: MethodClass::NonIdempotent,
-                ..base
-            },
+            base.with_sent_attempts(2)
+                .with_evidence(Evidence::NotSent)
+                .with_class(MethodClass::NonIdempotent),
             Verdict::Retry,
         ),
         (
             "deadline before backoff ends",
-            AttemptFacts {
-                remaining_deadline: Some(Duration::from_millis(50)),
-                ..base
-            },
+            base.with_remaining_deadline(Some(Duration::from_millis(50))),
             Verdict::Refuse(DeadlineTooClose),
         ),
         (
             "deadline bounds unsent too",
-            AttemptFacts {
-                remaining_deadline: Some(Duration::from_millis(50)),
-                evidence: Evidence::NotSent,
-                ..base
-            },
+            base.with_remaining_deadline(Some(Duration::from_millis(50)))
+                .with_evidence(Evidence::NotSent),
             Verdict::Refuse(DeadlineTooClose),
         ),
         (
             "no deadline",
-            AttemptFacts {
-                remaining_deadline: None,
-                ..base
-            },
+            base.with_remaining_deadline(None),
             Verdict::Retry,
         ),
         (
             "budget exhausted",
-            AttemptFacts {
-                budget_allows: false,
-                ..base
-            },
+            base.with_budget_allows(false),
             Verdict::Refuse(BudgetExhausted),
         ),
         (
             "unsent costs no budget",
-            AttemptFacts {
-                budget_allows: false,
-                evidence: Evidence::NotSent,
-                ..base
-            },
+            base.with_budget_allows(false)
+                .with_evidence(Evidence::NotSent),
             Verdict::Retry,
         ),
         (
             "keyed resolve needs no budget",
-            AttemptFacts {
-                budget_allows: false,
-                class: MethodClass::KeyedMutation,
-                ..base
-            },
+            base.with_budget_allows(false)
+                .with_class(MethodClass::KeyedMutation),
             Verdict::ResolveCompletionFirst,
         ),
         (
             "keyed aborted retries",
-            AttemptFacts {
-                class: MethodClass::KeyedMutation,
-                code: Code::Aborted,
-                ..base
-            },
+            base.with_class(MethodClass::KeyedMutation)
+                .with_code(Code::Aborted),
             Verdict::Retry,
         ),
     ];
@@ -197,4 +155,63 @@ fn verdicts_say_why() {
         "refuse: a keyed mutation needs a durable ledger to be retried"
     );
     assert_eq!(Verdict::Retry.to_string(), "retry");
+}
+
+#[test]
+fn facts_left_at_their_defaults_end_in_a_refusal() {
+    for class in CLASSES {
+        for code in ALL_CODES {
+            let bare = AttemptFacts::new(GrpcRetryOwner::Application, class, code);
+            assert!(
+                matches!(GrpcRetryEligibility::decide(&bare), Verdict::Refuse(_)),
+                "{class:?} {code:?}"
+            );
+        }
+    }
+    // Each cautious default refuses on its own, every other fact allowing a retry.
+    let allowed = facts(MethodClass::Idempotent, Evidence::Sent, Code::Unavailable);
+    assert_eq!(GrpcRetryEligibility::decide(&allowed), Verdict::Retry);
+    let defaults = AttemptFacts::new(
+        GrpcRetryOwner::Application,
+        MethodClass::Idempotent,
+        Code::Unavailable,
+    );
+    for (fact, one_default) in [
+        (
+            "retryable codes",
+            allowed.with_retryable(defaults.retryable),
+        ),
+        (
+            "max attempts",
+            allowed.with_max_attempts(defaults.max_attempts),
+        ),
+        ("budget", allowed.with_budget_allows(defaults.budget_allows)),
+    ] {
+        assert!(
+            matches!(
+                GrpcRetryEligibility::decide(&one_default),
+                Verdict::Refuse(_)
+            ),
+            "{fact} at its default"
+        );
+    }
+}
+
+#[test]
+fn only_calls_safe_to_run_twice_are_hedged() {
+    use LedgerDurability::{Durable, Volatile};
+    for (class, has_key, ledger, hedged) in [
+        (MethodClass::NoSideEffects, false, Volatile, true),
+        (MethodClass::Idempotent, false, Volatile, true),
+        (MethodClass::KeyedMutation, true, Durable, true),
+        (MethodClass::KeyedMutation, false, Durable, false),
+        (MethodClass::KeyedMutation, true, Volatile, false),
+        (MethodClass::NonIdempotent, true, Durable, false),
+    ] {
+        assert_eq!(
+            GrpcRetryEligibility::may_hedge(class, has_key, ledger),
+            hedged,
+            "{class:?} key={has_key} {ledger:?}"
+        );
+    }
 }

@@ -6,6 +6,7 @@ mod owner_rule;
 mod parse;
 
 pub use owner_rule::GrpcServiceConfigPolicy;
+pub(crate) use owner_rule::owner_violations;
 
 use std::fmt;
 use std::time::Duration;
@@ -38,7 +39,11 @@ pub(crate) fn refuse<T>(path: &str, message: impl Into<String>) -> Result<T, Con
 /// A parsed service config. Fields this crate does not interpret (`loadBalancingConfig`,
 /// `healthCheckConfig`, ...) are kept as they were and emitted again, so that parse, emit, parse
 /// loses nothing.
+///
+/// `#[non_exhaustive]`: read with [`parse`](Self::parse) (or start from `default()`), so that a
+/// field A6 adds breaks no caller.
 #[derive(Debug, Clone, PartialEq, Default)]
+#[non_exhaustive]
 pub struct ServiceConfig {
     /// The method configs, in order.
     pub method_configs: Vec<MethodConfig>,
@@ -94,14 +99,16 @@ impl MethodName {
 }
 
 /// One `methodConfig` entry. Retry and hedging on one entry are refused, so an entry has at most
-/// one of them.
+/// one of them. `#[non_exhaustive]`: entries come from the parser.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct MethodConfig {
     /// The names it applies to.
     pub names: Vec<MethodName>,
     /// Where each of `names` stands in the JSON `name` array, when the reader refused some (a
-    /// refused name leaves a gap); empty when every name is at its own index.
-    pub name_positions: Vec<usize>,
+    /// refused name leaves a gap); empty when every name is at its own index. The parser's
+    /// bookkeeping for [`name_path`](Self::name_path), not part of the model.
+    pub(crate) name_positions: Vec<usize>,
     /// The deadline of the whole call, every attempt included (`timeout`).
     pub timeout: Option<Duration>,
     /// `waitForReady`.
@@ -280,6 +287,39 @@ impl RetryThrottling {
 }
 
 impl MethodConfig {
+    /// The field that makes this entry retry (`retryPolicy` or `hedgingPolicy`), if any.
+    pub fn retry_field(&self) -> Option<&'static str> {
+        if self.retry_policy.is_some() {
+            Some("retryPolicy")
+        } else if self.hedging_policy.is_some() {
+            Some("hedgingPolicy")
+        } else {
+            None
+        }
+    }
+
+    /// The attempts the entry's retry or hedging policy allows (capped at 5), if it has one.
+    pub fn max_attempts(&self) -> Option<u32> {
+        self.retry_policy
+            .as_ref()
+            .map(RetryPolicy::max_attempts)
+            .or(self
+                .hedging_policy
+                .as_ref()
+                .map(HedgingPolicy::max_attempts))
+    }
+
+    /// The attempts the entry's policy asked for, before the cap.
+    pub fn max_attempts_requested(&self) -> Option<u32> {
+        self.retry_policy
+            .as_ref()
+            .map(RetryPolicy::max_attempts_requested)
+            .or(self
+                .hedging_policy
+                .as_ref()
+                .map(HedgingPolicy::max_attempts_requested))
+    }
+
     /// The JSON path of the `j`-th of `names`, in the entry at `entry_path`.
     pub fn name_path(&self, entry_path: &str, j: usize) -> String {
         let position = self.name_positions.get(j).copied().unwrap_or(j);

@@ -1,7 +1,32 @@
-//! The one-owner rule on a service config.
+//! The one-owner rule on a service config, written once: [`owner_violations`] is what the
+//! parser-side check ([`GrpcServiceConfigPolicy`]) refuses and what the ownership validator
+//! reports as its `owner` finding.
 
-use super::{ConfigError, ServiceConfig, refuse};
+use super::{ConfigError, ServiceConfig};
 use crate::GrpcRetryOwner;
+
+/// Every entry of `config` that retries although `owner` is not the channel, by index, with the
+/// error at its `retryPolicy` or `hedgingPolicy`: none when the channel owns retries.
+pub(crate) fn owner_violations(
+    owner: GrpcRetryOwner,
+    config: &ServiceConfig,
+) -> impl Iterator<Item = (usize, ConfigError)> + '_ {
+    config
+        .method_configs
+        .iter()
+        .enumerate()
+        .filter(move |_| !owner.allows_service_config_retry())
+        .filter_map(move |(i, entry)| {
+            let field = entry.retry_field()?;
+            let violation = ConfigError {
+                path: format!("$.methodConfig[{i}].{field}"),
+                message: format!(
+                    "the channel's retry owner is {owner}; the service config must not retry"
+                ),
+            };
+            Some((i, violation))
+        })
+}
 
 /// Applies the one-owner rule to a service config: `retryPolicy` and `hedgingPolicy` are refused
 /// unless the channel owns retries.
@@ -16,28 +41,12 @@ impl GrpcServiceConfigPolicy {
         Self { owner }
     }
 
-    /// Refuses `config` if it carries retries its owner may not have.
+    /// Refuses `config` if it carries retries its owner may not have (the first such entry).
     pub fn check(&self, config: &ServiceConfig) -> Result<(), ConfigError> {
-        if self.owner.allows_service_config_retry() {
-            return Ok(());
+        match owner_violations(self.owner, config).next() {
+            Some((_, violation)) => Err(violation),
+            None => Ok(()),
         }
-        for (i, entry) in config.method_configs.iter().enumerate() {
-            let (field, present) = if entry.retry_policy.is_some() {
-                ("retryPolicy", true)
-            } else {
-                ("hedgingPolicy", entry.hedging_policy.is_some())
-            };
-            if present {
-                return refuse(
-                    &format!("$.methodConfig[{i}].{field}"),
-                    format!(
-                        "the retry owner is {}; only the channel owner may retry in the service config",
-                        self.owner
-                    ),
-                );
-            }
-        }
-        Ok(())
     }
 
     /// Parses and checks in one step.

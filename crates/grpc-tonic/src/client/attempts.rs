@@ -247,20 +247,16 @@ impl<'a> CallRun<'a> {
             tracing::info!(code = ?code, "retry decision: the server's pushback says do not retry");
             return Next::Stop;
         };
-        let facts = AttemptFacts {
-            owner: context.owner,
-            class: context.class,
-            evidence,
-            code,
-            retryable,
-            has_key: context.has_key,
-            ledger: context.ledger,
-            sent_attempts: self.sent_attempts,
-            max_attempts: context.policy.max_attempts(),
-            remaining_deadline: self.remaining(),
-            next_backoff,
-            budget_allows: context.budget_allows(),
-        };
+        let facts = AttemptFacts::new(context.owner, context.class, code)
+            .with_evidence(evidence)
+            .with_retryable(retryable)
+            .with_key(context.has_key)
+            .with_ledger(context.ledger)
+            .with_sent_attempts(self.sent_attempts)
+            .with_max_attempts(context.policy.max_attempts())
+            .with_remaining_deadline(self.remaining())
+            .with_next_backoff(next_backoff)
+            .with_budget_allows(context.budget_allows());
         let verdict = GrpcRetryEligibility::decide(&facts);
         tracing::info!(
             attempt = self.sent_attempts,

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use grpc_core_api::{IdempotencyKey, LedgerDurability, REPLAYED_METADATA_KEY};
 use grpc_policy::{
-    Evidence, GrpcRetryBudget, GrpcRetryOwner, MethodClass, Pushback, RetryPolicy, ServiceConfig,
+    Evidence, GrpcRetryBudget, GrpcRetryOwner, MethodClass, Pushback, RetryPlan, RetryPolicy,
     SplitMix64,
 };
 use tonic::metadata::{AsciiMetadataKey, AsciiMetadataValue, MetadataValue};
@@ -51,7 +51,7 @@ fn deadline_status(status: Status, timed_out: bool) -> Status {
 /// The retry parameters of one method, from a validated A6 service config or given directly.
 ///
 /// `#[non_exhaustive]`: built with [`new`](Self::new) or
-/// [`from_service_config`](Self::from_service_config) and the `with_` methods, so that a new
+/// [`from_plan`](Self::from_plan) and the `with_` methods, so that a new
 /// parameter (with its default) breaks no caller. The fields stay public to read and to set.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
@@ -118,19 +118,18 @@ impl RetrySettings {
         self
     }
 
-    /// The retry policy (and `timeout`) that applies to `method` in a service config, for the
-    /// owner such a config is for: the channel (a config that carries a `retryPolicy` is the
-    /// channel's, by the one-owner rule). An application that owns retries builds its settings
-    /// with [`new`](Self::new) and [`GrpcRetryOwner::Application`].
-    pub fn from_service_config(
-        config: &ServiceConfig,
-        method: &grpc_core_api::GrpcMethod,
-        server_ledger: LedgerDurability,
-    ) -> Option<Self> {
-        let (_, entry) = config.entry_for(method)?;
-        let mut settings = Self::new(GrpcRetryOwner::Channel, entry.retry_policy.clone()?)
-            .with_server_ledger(server_ledger);
-        settings.call_timeout = entry.timeout;
+    /// The retry policy and `timeout` a [`RetryPlan`] gives `method`, for the plan's owner and
+    /// its server ledger: `None` when the method's entry has no `retryPolicy` (or no entry
+    /// names it).
+    ///
+    /// The plan is the one place a service config becomes retry parameters: an application
+    /// that owns retries plans with [`GrpcRetryOwner::Application`] and gives its channel
+    /// [`RetryPlan::channel_config`], so that only the executor retries.
+    pub fn from_plan(plan: &RetryPlan, method: &grpc_core_api::GrpcMethod) -> Option<Self> {
+        let method = plan.method(method);
+        let mut settings = Self::new(plan.owner(), method.retry_policy?.clone())
+            .with_server_ledger(plan.server_ledger());
+        settings.call_timeout = method.timeout;
         Some(settings)
     }
 }
@@ -281,26 +280,8 @@ impl RetryExecutor {
             if run.deadline_passed() {
                 return Err(Status::deadline_exceeded("the call's deadline passed"));
             }
-            let mut request = Request::new(message.clone());
-            if let Some(value) = &key_value {
-                request
-                    .metadata_mut()
-                    .insert(self.settings.key_header.clone(), value.clone());
-            }
-            if run.previous_attempts() > 0 {
-                request.metadata_mut().insert(
-                    "grpc-previous-rpc-attempts",
-                    MetadataValue::from(run.previous_attempts()),
-                );
-            }
-            let attempt_limit = run.attempt_limit(self.settings.per_attempt_timeout);
-            if let Some(limit) = attempt_limit {
-                // Tells the server (grpc-timeout); the timer below bounds the whole attempt.
-                request.set_timeout(limit);
-            }
-            // A CommitObserver around the channel marks it when the response headers arrive.
-            let progress = AttemptProgress::default();
-            request.extensions_mut().insert(progress.clone());
+            let (request, attempt_limit, progress) =
+                self.attempt_request(message.clone(), key_value.as_ref(), &run);
             run.attempt_starts();
             let (answer, timed_out) = within(attempt_limit, call(request)).await;
             let status = match answer {
@@ -316,26 +297,11 @@ impl RetryExecutor {
             // A6's commit point: once response headers arrived, the attempt reached the
             // application and is the call's answer, whatever broke after.
             let committed = progress.committed();
-            let failure = classify(&status);
-            let status = deadline_status(status, timed_out);
-            let status = match failure {
-                // grpc-go and C-core report a broken connection, and a stream refused or cut off
-                // by a GOAWAY, as UNAVAILABLE; tonic says UNKNOWN or INTERNAL (depending on its
-                // features), which no policy lists as retryable.
-                TransportFailure::Other => status,
-                _ if timed_out => status,
-                _ => Status::unavailable(format!("transport failure: {}", status.message())),
-            };
+            let (status, failure) = attempt_status(status, timed_out);
             if !committed && run.resend_transparently(failure, status.code()).await {
                 continue;
             }
-            let pushback = Pushback::from_values(
-                status
-                    .metadata()
-                    .get_all("grpc-retry-pushback-ms")
-                    .iter()
-                    .map(|v| v.to_str().unwrap_or("")),
-            );
+            let pushback = pushback_of(&status);
             // A keyed mutation against a durable ledger is the exception to A6's commit rule:
             // its outcome, once headers arrived, is still asked for rather than given up on (a
             // lookup is not a resend, and a resend under the same key is a replay).
@@ -361,6 +327,37 @@ impl RetryExecutor {
                 }
             }
         }
+    }
+
+    /// The request of the run's next attempt: the message, the key, the attempts before it, the
+    /// time limit the server is told (also returned, to bound the attempt here), and the marker
+    /// a [`CommitObserver`](crate::CommitObserver) sets when the response headers arrive.
+    fn attempt_request<M>(
+        &self,
+        message: M,
+        key: Option<&AsciiMetadataValue>,
+        run: &CallRun<'_>,
+    ) -> (Request<M>, Option<Duration>, AttemptProgress) {
+        let mut request = Request::new(message);
+        if let Some(value) = key {
+            request
+                .metadata_mut()
+                .insert(self.settings.key_header.clone(), value.clone());
+        }
+        if run.previous_attempts() > 0 {
+            request.metadata_mut().insert(
+                "grpc-previous-rpc-attempts",
+                MetadataValue::from(run.previous_attempts()),
+            );
+        }
+        let attempt_limit = run.attempt_limit(self.settings.per_attempt_timeout);
+        if let Some(limit) = attempt_limit {
+            // Tells the server (grpc-timeout); the executor's timer bounds the whole attempt.
+            request.set_timeout(limit);
+        }
+        let progress = AttemptProgress::default();
+        request.extensions_mut().insert(progress.clone());
+        (request, attempt_limit, progress)
     }
 
     /// Asks what became of the operation; `Some` is the final answer, `None` means resend. Every
@@ -435,6 +432,32 @@ impl RetryExecutor {
             "the operation stayed in progress; its outcome is unknown",
         ))
     }
+}
+
+/// A failed attempt's status as every gRPC client reports it, and what the transport says of
+/// it: the call running out of time is DEADLINE_EXCEEDED; a broken connection, and a stream
+/// refused or cut off by a GOAWAY, are UNAVAILABLE (as grpc-go and C-core report them; tonic says
+/// UNKNOWN or INTERNAL, depending on its features, which no policy lists as retryable).
+fn attempt_status(status: Status, timed_out: bool) -> (Status, TransportFailure) {
+    let failure = classify(&status);
+    let status = deadline_status(status, timed_out);
+    let status = match failure {
+        TransportFailure::Other => status,
+        _ if timed_out => status,
+        _ => Status::unavailable(format!("transport failure: {}", status.message())),
+    };
+    (status, failure)
+}
+
+/// The server's pushback (A6's `grpc-retry-pushback-ms`) on a failed attempt, if any.
+fn pushback_of(status: &Status) -> Option<Pushback> {
+    Pushback::from_values(
+        status
+            .metadata()
+            .get_all("grpc-retry-pushback-ms")
+            .iter()
+            .map(|v| v.to_str().unwrap_or("")),
+    )
 }
 
 /// Runs `future` for at most `limit`; the flag says whether the limit ran out first.
