@@ -1,0 +1,64 @@
+//! Claim-first (the default protocol): the claim before the handler, so that a duplicate never
+//! runs it; the claim finished, fenced on its version, after.
+
+use std::sync::Arc;
+
+use grpc_core_api::{
+    ClaimOutcome, Completion, GrpcOperationIdentity, LedgerError, LedgerUnitsOfWork,
+    RequestFingerprint, Version,
+};
+use tonic::Status;
+
+use super::KeyedMutationGuard;
+use super::unit::Before;
+
+impl<U> KeyedMutationGuard<U>
+where
+    U: LedgerUnitsOfWork + 'static,
+{
+    /// Claim-first's step before the handler: the claim.
+    pub(super) async fn claim_first(
+        &self,
+        transaction: &U::Transaction,
+        identity: &GrpcOperationIdentity,
+        fingerprint: &RequestFingerprint,
+    ) -> Result<Before, Status> {
+        let claim = self
+            .units
+            .ledger(transaction)
+            .claim(identity, fingerprint, self.config.lease)
+            .await?;
+        match claim {
+            ClaimOutcome::Claimed { version, .. } => Ok(Before::RunHandler {
+                claimed: Some(version),
+            }),
+            ClaimOutcome::Completed(record) => Ok(Before::Replay(Box::new(record))),
+            ClaimOutcome::InProgress { retry_after, .. } => {
+                Err(LedgerError::InFlight { retry_after }.into())
+            }
+        }
+    }
+
+    /// Records how the claimed operation ended and commits the unit of work; if the ledger refuses
+    /// the transition (ownership lost, store down), rolls everything back and says why.
+    pub(super) async fn complete(
+        &self,
+        transaction: Arc<U::Transaction>,
+        identity: &GrpcOperationIdentity,
+        version: Version,
+        completion: &Completion,
+    ) -> Result<(), Status> {
+        let marked = self
+            .units
+            .ledger(&transaction)
+            .mark_finished(identity, version, completion)
+            .await;
+        match marked {
+            Ok(_) => self.commit(transaction).await,
+            Err(error) => {
+                self.roll_back(transaction).await;
+                Err(error.into())
+            }
+        }
+    }
+}

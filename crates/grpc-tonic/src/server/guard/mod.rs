@@ -1,0 +1,219 @@
+//! The keyed mutation guard: a keyed mutation runs exactly once, whatever the client resends.
+//!
+//! Here: the guard's public face (identity from metadata, `run`, `resolve`). Each protocol's
+//! steps around the handler have their module, `claim_first` (claim, then finish the claim) and
+//! `write_once` (look up, then record the finished operation once); `unit` runs one unit of work
+//! through either (begin, the step before, the handler, the step after, commit or roll back) in
+//! a task of its own. `config` is what a service sets; `handler` the types its handler speaks.
+
+mod claim_first;
+mod config;
+mod handler;
+mod unit;
+mod write_once;
+
+pub use config::{GuardConfig, GuardMode};
+pub use handler::{Committed, HandlerError, Resolved};
+
+use std::future::Future;
+use std::sync::Arc;
+
+use grpc_core_api::{
+    Completion, GrpcMethod, GrpcOperationIdentity, IdempotencyKey, InvalidInput, LedgerError,
+    LedgerUnitsOfWork, OutcomeReference,
+};
+use prost::Message;
+use tonic::metadata::MetadataMap;
+use tonic::{Extensions, Request, Response, Status};
+
+use self::unit::to_the_end;
+use super::caller::{AuthenticatedPrincipalExtractor, CallerExtractor};
+use crate::metrics::{LedgerAnswer, ServerMetrics};
+
+/// Runs keyed mutations exactly once, inside units of work of the ledger's store.
+pub struct KeyedMutationGuard<U> {
+    units: Arc<U>,
+    config: GuardConfig,
+    callers: Arc<dyn CallerExtractor>,
+    metrics: Option<ServerMetrics>,
+}
+
+impl<U> Clone for KeyedMutationGuard<U> {
+    fn clone(&self) -> Self {
+        Self {
+            units: Arc::clone(&self.units),
+            config: self.config.clone(),
+            callers: Arc::clone(&self.callers),
+            metrics: self.metrics.clone(),
+        }
+    }
+}
+
+impl<U> KeyedMutationGuard<U>
+where
+    U: LedgerUnitsOfWork + 'static,
+{
+    /// A guard over `units` that takes the caller from an [`crate::AuthenticatedPrincipal`].
+    pub fn new(units: U, config: GuardConfig) -> Self {
+        Self {
+            units: Arc::new(units),
+            config,
+            callers: Arc::new(AuthenticatedPrincipalExtractor),
+            metrics: None,
+        }
+    }
+
+    /// Records the ledger's side with `meter`: `grpc.server.ledger.answers` (keyed calls answered
+    /// without running the handler, by `grpc.ledger.answer`: `replay`, `in_flight`,
+    /// `key_reused`) and `grpc.server.ledger.claim_duration` (seconds from the unit's start to
+    /// the ledger's answer on whether the handler runs), labelled `grpc.method`.
+    #[cfg(feature = "opentelemetry")]
+    pub fn with_meter(mut self, meter: &opentelemetry::metrics::Meter) -> Self {
+        self.metrics = Some(ServerMetrics::new(meter));
+        self
+    }
+
+    fn answered(&self, method: &GrpcMethod, answer: LedgerAnswer) {
+        if let Some(metrics) = &self.metrics {
+            metrics.answered(method, answer);
+        }
+    }
+
+    /// Replaces how the caller is derived.
+    pub fn with_caller_extractor(mut self, callers: impl CallerExtractor + 'static) -> Self {
+        self.callers = Arc::new(callers);
+        self
+    }
+
+    /// The units of work, for handlers that need the store outside a guarded call.
+    pub fn units(&self) -> &U {
+        &self.units
+    }
+
+    /// The identity of a call to `method`: its caller (from an authenticated source), the method,
+    /// and the hash of its idempotency key. Refusals are INVALID_ARGUMENT with `ErrorInfo`.
+    pub fn identity(
+        &self,
+        method: &GrpcMethod,
+        metadata: &MetadataMap,
+        extensions: &Extensions,
+    ) -> Result<GrpcOperationIdentity, Status> {
+        let key = metadata
+            .get(self.config.key_header.as_str())
+            .ok_or(LedgerError::from(InvalidInput::KeyMissing))?;
+        let key = IdempotencyKey::parse_bytes(key.as_bytes()).map_err(LedgerError::from)?;
+        let caller = self.callers.caller(metadata, extensions).ok_or_else(|| {
+            Status::unauthenticated("a keyed mutation needs an authenticated caller")
+        })?;
+        Ok(GrpcOperationIdentity::new(
+            caller,
+            method.clone(),
+            self.config.hasher.hash(&key),
+        ))
+    }
+
+    /// Runs `handler` once per identity: claim, handler (its writes on the unit's transaction),
+    /// transition, commit. A duplicate gets `replay` of the stored outcome (or the stored
+    /// failure) with `idempotent-replayed: true`; a key reused with another request is
+    /// FAILED_PRECONDITION; an operation still in flight is ABORTED with a retry delay.
+    ///
+    /// The handler and the replay receive the unit's transaction as an `Arc`; they must not keep
+    /// it past their future, since the guard commits or rolls it back afterwards (a handler that
+    /// does gets INTERNAL, and nothing it did is committed). A borrow would let the compiler check
+    /// this instead, but the handler's future must be `Send + 'static` to run in the unit's own
+    /// task (below), and Rust cannot yet state `Send` for the future of an async closure that
+    /// borrows its argument (`AsyncFnOnce` gives that future no nameable type); the `Arc` is the
+    /// price of the unit running to its end.
+    ///
+    /// The unit of work runs in a task of its own, so that once begun it reaches its commit or
+    /// rollback even when the caller goes away (a client's cancel or deadline drops this future):
+    /// a unit dropped in the middle of a statement would leave its pooled connection in a state
+    /// the next user inherits (on MariaDB, a transaction still open there, error 1568 for the
+    /// next unit on that connection), and its claim's fate to the driver.
+    pub async fn run<M, R, H, HF, P, PF>(
+        &self,
+        method: &GrpcMethod,
+        request: Request<M>,
+        handler: H,
+        replay: P,
+    ) -> Result<Response<R>, Status>
+    where
+        M: Message + Send + 'static,
+        R: Send + 'static,
+        H: FnOnce(Arc<U::Transaction>, M) -> HF + Send + 'static,
+        HF: Future<Output = Result<Committed<R>, HandlerError>> + Send + 'static,
+        P: FnOnce(Arc<U::Transaction>, OutcomeReference) -> PF + Send + 'static,
+        PF: Future<Output = Result<R, Status>> + Send + 'static,
+    {
+        let (metadata, extensions, message) = request.into_parts();
+        let identity = self.identity(method, &metadata, &extensions)?;
+        let fingerprint = self
+            .config
+            .request_schema
+            .fingerprint_message(method, &message)?;
+        let guard = self.clone();
+        let method = method.clone();
+        to_the_end(self.config.lease.get(), async move {
+            guard
+                .run_unit(&method, identity, fingerprint, message, handler, replay)
+                .await
+        })
+        .await
+    }
+
+    /// [`run`](Self::run) for the method [`MethodFromPathLayer`](crate::MethodFromPathLayer) read
+    /// from the request's path (the layer must be installed on the server; without it the call is
+    /// refused as INTERNAL, never guessed).
+    pub async fn run_request<M, R, H, HF, P, PF>(
+        &self,
+        request: Request<M>,
+        handler: H,
+        replay: P,
+    ) -> Result<Response<R>, Status>
+    where
+        M: Message + Send + 'static,
+        R: Send + 'static,
+        H: FnOnce(Arc<U::Transaction>, M) -> HF + Send + 'static,
+        HF: Future<Output = Result<Committed<R>, HandlerError>> + Send + 'static,
+        P: FnOnce(Arc<U::Transaction>, OutcomeReference) -> PF + Send + 'static,
+        PF: Future<Output = Result<R, Status>> + Send + 'static,
+    {
+        let method = request
+            .extensions()
+            .get::<GrpcMethod>()
+            .cloned()
+            .ok_or_else(|| {
+                Status::internal("the server has no MethodFromPathLayer to name the method")
+            })?;
+        self.run(&method, request, handler, replay).await
+    }
+
+    /// What became of the `method` operation named by this request's key and caller, read from
+    /// the ledger, its lease judged by the store's clock: the body of a resolve RPC, without
+    /// reaching into the store. Key and caller are read and refused as [`run`](Self::run) does.
+    pub async fn resolve(
+        &self,
+        method: &GrpcMethod,
+        metadata: &MetadataMap,
+        extensions: &Extensions,
+    ) -> Result<Resolved, Status> {
+        let identity = self.identity(method, metadata, extensions)?;
+        let guard = self.clone();
+        // In a task of its own, for the reason `run` gives.
+        let found = to_the_end(self.config.lease.get(), async move {
+            let transaction = Arc::new(guard.units.begin().await.map_err(Status::from)?);
+            let found = guard.units.ledger(&transaction).look_up(&identity).await;
+            guard.roll_back(transaction).await;
+            found.map_err(Status::from)
+        })
+        .await?;
+        Ok(match found {
+            None => Resolved::NotFound,
+            Some((record, retry_after)) => match record.finished {
+                None => Resolved::InProgress { retry_after },
+                Some((_, Completion::Committed(outcome))) => Resolved::Committed(outcome),
+                Some((_, Completion::Failed(failure))) => Resolved::Failed(failure),
+            },
+        })
+    }
+}

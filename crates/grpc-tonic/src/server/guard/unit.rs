@@ -1,0 +1,227 @@
+//! One unit of work of a guarded call: begin, the protocol's step before the handler, the
+//! handler, the protocol's step after, commit or roll back; run to its end in a task of its own.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use grpc_core_api::{
+    Completion, GrpcMethod, GrpcOperationIdentity, LedgerUnitsOfWork, OperationRecord,
+    OutcomeReference, REPLAYED_METADATA_KEY, RecordedFailure, RequestFingerprint, Version,
+};
+use prost::Message;
+use tonic::metadata::{MetadataMap, MetadataValue};
+use tonic::{Code, Response, Status};
+
+use super::{Committed, GuardMode, HandlerError, KeyedMutationGuard};
+use crate::metrics::LedgerAnswer;
+
+impl<U> KeyedMutationGuard<U>
+where
+    U: LedgerUnitsOfWork + 'static,
+{
+    /// The unit of work of [`run`](Self::run). Claim-first: claim, handler, transition, commit.
+    /// Write-once: look the identity up, handler, one record of the finished operation, commit.
+    /// A duplicate found at either step is replayed and the unit rolled back.
+    pub(super) async fn run_unit<M, R, H, HF, P, PF>(
+        &self,
+        method: &GrpcMethod,
+        identity: GrpcOperationIdentity,
+        fingerprint: RequestFingerprint,
+        message: M,
+        handler: H,
+        replay: P,
+    ) -> Result<Response<R>, Status>
+    where
+        M: Message + Send,
+        R: Send,
+        H: FnOnce(Arc<U::Transaction>, M) -> HF + Send,
+        HF: Future<Output = Result<Committed<R>, HandlerError>> + Send,
+        P: FnOnce(Arc<U::Transaction>, OutcomeReference) -> PF + Send,
+        PF: Future<Output = Result<R, Status>> + Send,
+    {
+        let started = Instant::now();
+        let transaction = Arc::new(self.units.begin().await.map_err(Status::from)?);
+        let before = match self.config.mode {
+            GuardMode::ClaimFirst => {
+                self.claim_first(&transaction, &identity, &fingerprint)
+                    .await
+            }
+            GuardMode::WriteOnceInTransactionOnly => {
+                self.look_up_first(&transaction, &identity, &fingerprint)
+                    .await
+            }
+        };
+        if let Some(metrics) = &self.metrics {
+            metrics.claimed(method, started.elapsed());
+        }
+        let claimed = match before {
+            Ok(Before::RunHandler { claimed }) => claimed,
+            Ok(Before::Replay(record)) => {
+                return self
+                    .replay_and_roll_back(method, transaction, *record, replay)
+                    .await;
+            }
+            Err(status) => return self.refused(method, transaction, status).await,
+        };
+        tracing::debug!(method = %method, claimed = claimed.is_some(), "running the handler");
+        let (completion, answer) = match handler(Arc::clone(&transaction), message).await {
+            Ok(Committed { response, outcome }) => {
+                (Completion::Committed(outcome), Ok(Response::new(response)))
+            }
+            Err(failed) => match terminal_failure(failed) {
+                Ok((failure, status)) => (Completion::Failed(failure), Err(status)),
+                Err(status) => {
+                    self.roll_back(transaction).await;
+                    return Err(status);
+                }
+            },
+        };
+        match claimed {
+            Some(version) => {
+                self.complete(transaction, &identity, version, &completion)
+                    .await?;
+                answer
+            }
+            None => {
+                self.record_and_commit(
+                    method,
+                    transaction,
+                    &identity,
+                    &fingerprint,
+                    completion,
+                    answer,
+                    replay,
+                )
+                .await
+            }
+        }
+    }
+
+    /// The ledger's refusal before the handler (ABORTED: an operation in flight;
+    /// FAILED_PRECONDITION: a key reused for another request; or the store failing), counted,
+    /// with the unit rolled back.
+    async fn refused<R>(
+        &self,
+        method: &GrpcMethod,
+        transaction: Arc<U::Transaction>,
+        status: Status,
+    ) -> Result<Response<R>, Status> {
+        match status.code() {
+            Code::Aborted => self.answered(method, LedgerAnswer::InFlight),
+            Code::FailedPrecondition => self.answered(method, LedgerAnswer::KeyReused),
+            _ => {}
+        }
+        tracing::debug!(method = %method, code = ?status.code(), "refused before the handler");
+        self.roll_back(transaction).await;
+        Err(status)
+    }
+
+    /// Answers a duplicate from `record` (the replayed outcome, or the recorded failure) and rolls
+    /// the unit of work back.
+    pub(super) async fn replay_and_roll_back<R, P, PF>(
+        &self,
+        method: &GrpcMethod,
+        transaction: Arc<U::Transaction>,
+        record: OperationRecord,
+        replay: P,
+    ) -> Result<Response<R>, Status>
+    where
+        P: FnOnce(Arc<U::Transaction>, OutcomeReference) -> PF + Send,
+        PF: Future<Output = Result<R, Status>> + Send,
+    {
+        tracing::debug!(method = %method, state = %record.state(), "replaying a finished operation");
+        self.answered(method, LedgerAnswer::Replay);
+        let answer = match record.finished {
+            Some((_, Completion::Committed(outcome))) => replay(Arc::clone(&transaction), outcome)
+                .await
+                .map(replayed),
+            Some((_, Completion::Failed(failure))) => Err(replayed_failure(&failure)),
+            None => Err(Status::internal("a completed operation has no outcome")),
+        };
+        self.roll_back(transaction).await;
+        answer
+    }
+
+    /// Commits the unit of work the guard began; a failed commit is the answer (the outcome did
+    /// not take effect, or is unknown and a keyed retry will find out).
+    pub(super) async fn commit(&self, transaction: Arc<U::Transaction>) -> Result<(), Status> {
+        let transaction = Arc::try_unwrap(transaction).map_err(|_| {
+            Status::internal("a handler kept the unit of work's transaction past its call")
+        })?;
+        self.units.commit(transaction).await.map_err(Status::from)
+    }
+
+    /// Rolls back the unit of work the guard began. A rollback that fails changes nothing the
+    /// caller is told (the store discards an unfinished transaction whose connection ends), so it
+    /// is logged and the real answer kept.
+    pub(super) async fn roll_back(&self, transaction: Arc<U::Transaction>) {
+        let Ok(transaction) = Arc::try_unwrap(transaction) else {
+            tracing::error!("a handler kept the unit of work's transaction past its call");
+            return;
+        };
+        if let Err(error) = self.units.rollback(transaction).await {
+            tracing::warn!(%error, "rolling back a unit of work failed; the answer stands");
+        }
+    }
+}
+
+/// A handler's failure as the ledger records it, with the status this caller gets; `Err` is a
+/// failure that is not recorded (a transient one, or a terminal one without an error code): the
+/// unit is rolled back and the status is the answer. A message too long or with NUL is recorded
+/// in a form the store keeps, while this caller still gets the handler's status as it was.
+fn terminal_failure(failed: HandlerError) -> Result<(RecordedFailure, Status), Status> {
+    match failed {
+        HandlerError::Terminal(status) => match RecordedFailure::from_status(&status) {
+            Some(failure) => Ok((failure, status)),
+            None => Err(Status::internal("a terminal failure needs a non-OK status")),
+        },
+        HandlerError::Transient(status) => Err(status),
+    }
+}
+
+fn replayed<R>(response: R) -> Response<R> {
+    let mut response = Response::new(response);
+    response
+        .metadata_mut()
+        .insert(REPLAYED_METADATA_KEY, MetadataValue::from_static("true"));
+    response
+}
+
+fn replayed_failure(failure: &RecordedFailure) -> Status {
+    let mut metadata = MetadataMap::new();
+    metadata.insert(REPLAYED_METADATA_KEY, MetadataValue::from_static("true"));
+    failure.to_status(metadata)
+}
+
+/// What the step before the handler decided.
+pub(super) enum Before {
+    /// Run the handler; `claimed` is the claim's version (claim-first), or `None` (write-once).
+    RunHandler { claimed: Option<Version> },
+    /// The operation already finished: replay this record.
+    Replay(Box<OperationRecord>),
+}
+
+/// Runs `unit` to its end in a task of its own, whatever becomes of the caller's future, but for
+/// at most `lease`: a unit that outlives its claim's lease (a handler waiting on something that
+/// never answers) is dropped and so rolled back, since by then another attempt may take its claim
+/// over and its commit would be fenced anyway; it must not hold its connection and its row lock
+/// for ever. A unit that panicked, or was cut off by the runtime shutting down, is an error of
+/// the server.
+pub(super) async fn to_the_end<T: Send + 'static>(
+    lease: Duration,
+    unit: impl Future<Output = Result<T, Status>> + Send + 'static,
+) -> Result<T, Status> {
+    let bounded = async move {
+        tokio::time::timeout(lease, unit).await.unwrap_or_else(|_| {
+            Err(Status::unavailable(
+                "the unit of work outlived its lease and was rolled back",
+            ))
+        })
+    };
+    match tokio::spawn(bounded).await {
+        Ok(answer) => answer,
+        Err(error) if error.is_panic() => Err(Status::internal("the unit of work panicked")),
+        Err(_) => Err(Status::unavailable("the server is shutting down")),
+    }
+}
