@@ -16,12 +16,12 @@ use anyhow::{Context, Result};
 use grpc_core_api::{
     GrpcMethod, IdempotencyKey, LedgerUnitsOfWork, RequestFingerprint, RequestSchema,
 };
-use grpc_ledger_demo::pb::payments_client::PaymentsClient;
-use grpc_ledger_demo::pb::payments_server::Payments;
-use grpc_ledger_demo::pb::{
+use grpc_ledger_payments::pb::payments_client::PaymentsClient;
+use grpc_ledger_payments::pb::payments_server::Payments;
+use grpc_ledger_payments::pb::{
     CreatePaymentRequest, Payment, ResolvePaymentRequest, ResolvePaymentResponse,
 };
-use grpc_ledger_demo::{
+use grpc_ledger_payments::{
     Client, DESCRIPTOR_SET, Faults, insert_payment, layered_client, resolve, retry_settings, serve,
     with_token,
 };
@@ -165,7 +165,7 @@ pub(crate) async fn end_to_end(
     config: &LedgerConfig,
     plan: &Plan,
 ) -> Result<Vec<Figure>> {
-    grpc_ledger_demo::prepare_database(db).await?;
+    grpc_ledger_payments::prepare_database(db).await?;
     let unguarded = serve_on_loopback(Unguarded {
         units: SeaOrmUnitsOfWork::new(db.clone(), config),
         next_id: AtomicU64::new(1),
@@ -173,7 +173,7 @@ pub(crate) async fn end_to_end(
     .await?;
     let no_faults = Arc::new(Faults::new(0.0, 0.0, Duration::ZERO, 1));
     let run = std::process::id();
-    let guarded = serve_on_loopback(grpc_ledger_demo::service(
+    let guarded = serve_on_loopback(grpc_ledger_payments::service(
         db,
         config,
         GuardMode::ClaimFirst,
@@ -181,7 +181,7 @@ pub(crate) async fn end_to_end(
         &format!("g-{label}-{run}"),
     )?)
     .await?;
-    let write_once = serve_on_loopback(grpc_ledger_demo::service(
+    let write_once = serve_on_loopback(grpc_ledger_payments::service(
         db,
         config,
         GuardMode::WriteOnceInTransactionOnly,
@@ -399,7 +399,7 @@ impl tower_service::Service<http::Request<tonic::body::Body>> for AnswersAtOnce 
 /// wrapper), in process: the demo's CreatePayment request to [`AnswersAtOnce`], through the
 /// layer and directly, `iterations` calls each.
 async fn retry_layer_work(iterations: u32) -> Result<Vec<Figure>> {
-    let (config, catalog) = grpc_ledger_demo::channel_config()?;
+    let (config, catalog) = grpc_ledger_payments::channel_config()?;
     let layer = grpc_tonic::RetryLayer::builder(config, catalog)
         .server_ledger(grpc_core_api::LedgerDurability::Durable)
         .build()?;

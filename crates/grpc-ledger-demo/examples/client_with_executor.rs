@@ -10,9 +10,9 @@ use std::time::Duration;
 
 use anyhow::{Result, ensure};
 use grpc_core_api::{IdempotencyKey, LedgerDurability};
-use grpc_ledger_demo::pb::CreatePaymentRequest;
-use grpc_ledger_demo::pb::payments_client::PaymentsClient;
-use grpc_ledger_demo::{Client, resolve, with_token};
+use grpc_ledger_payments::pb::CreatePaymentRequest;
+use grpc_ledger_payments::pb::payments_client::PaymentsClient;
+use grpc_ledger_payments::{Client, resolve, with_token};
 use grpc_policy::{CodeSet, GrpcRetryBudget, GrpcRetryOwner, RetryPolicy, RetryThrottling};
 use grpc_tonic::{CommitObserver, RetryExecutor, RetrySettings};
 use tonic::Code;

@@ -9,9 +9,9 @@ use std::time::Duration;
 
 use anyhow::{Result, ensure};
 use grpc_core_api::LedgerDurability;
-use grpc_ledger_demo::pb::CreatePaymentRequest;
-use grpc_ledger_demo::pb::payments_client::PaymentsClient;
-use grpc_ledger_demo::{DESCRIPTOR_SET, SERVICE_CONFIG};
+use grpc_ledger_payments::pb::CreatePaymentRequest;
+use grpc_ledger_payments::pb::payments_client::PaymentsClient;
+use grpc_ledger_payments::{DESCRIPTOR_SET, SERVICE_CONFIG};
 use grpc_policy::{GrpcRetryOwner, GrpcServiceConfigPolicy, MethodCatalog};
 use grpc_tonic::RetryLayer;
 use tonic::Request;

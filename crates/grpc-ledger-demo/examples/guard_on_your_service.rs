@@ -7,9 +7,9 @@
 
 use anyhow::{Result, ensure};
 use grpc_core_api::{KeyHasher, OutcomeReference, RequestSchema};
-use grpc_ledger_demo::pb::payments_client::PaymentsClient;
-use grpc_ledger_demo::pb::payments_server::{Payments, PaymentsServer};
-use grpc_ledger_demo::pb::{
+use grpc_ledger_payments::pb::payments_client::PaymentsClient;
+use grpc_ledger_payments::pb::payments_server::{Payments, PaymentsServer};
+use grpc_ledger_payments::pb::{
     CreatePaymentRequest, Payment, ResolvePaymentRequest, ResolvePaymentResponse,
 };
 use grpc_operation_ledger_seaorm::{LedgerConfig, SeaOrmUnitsOfWork, migrate, open_sqlite};
@@ -132,7 +132,7 @@ async fn main() -> Result<()> {
         GuardConfig::new(
             // Keys are stored as HMACs under a server secret.
             KeyHasher::hmac_sha256(b"a-server-secret-of-32-bytes-or-more")?,
-            RequestSchema::from_file_descriptor_set(grpc_ledger_demo::DESCRIPTOR_SET)?,
+            RequestSchema::from_file_descriptor_set(grpc_ledger_payments::DESCRIPTOR_SET)?,
         ),
     );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;

@@ -5,9 +5,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use clap::Parser;
 use grpc_ledger_demo::{
-    ClientOptions, ClientRetries, FaultOptions, Faults, INJECTED_DELAY, Store, open_store,
-    run_client, run_demo_in, serve, service,
+    ClientOptions, ClientRetries, FaultOptions, faulty_service, run_client, run_demo_in,
 };
+use grpc_ledger_payments::{Store, open_store, serve};
 use grpc_operation_ledger_seaorm::{Pooler, SeaOrmUnitsOfWork};
 use grpc_tonic::GuardMode;
 
@@ -137,22 +137,7 @@ async fn main() -> ExitCode {
         progress: args.serve.is_none() && args.connect.is_none(),
         retries: args.retries.into(),
     };
-    eprintln!(
-        "store: {}",
-        match &store {
-            Store::Sqlite(p) => format!("SQLite {}", p.display()),
-            Store::Server { url, .. }
-                if url.starts_with("mysql://") || url.starts_with("mariadb://") =>
-            {
-                "MariaDB/MySQL".to_owned()
-            }
-            Store::Server {
-                pooler: Pooler::TransactionPooling,
-                ..
-            } => "PostgreSQL through a transaction pooler".to_owned(),
-            Store::Server { .. } => "PostgreSQL".to_owned(),
-        }
-    );
+    eprintln!("store: {store}");
     let outcome = match (args.serve, args.connect) {
         (Some(addr), _) => serve_only(&store, args.mode.into(), faults, addr, &run_id)
             .await
@@ -192,16 +177,11 @@ async fn serve_only(
     addr: std::net::SocketAddr,
     run_id: &str,
 ) -> anyhow::Result<()> {
-    let (db, config) = open_store(store).await?;
-    let layer = std::sync::Arc::new(Faults::new(
-        faults.drop_rate,
-        faults.delay_rate,
-        INJECTED_DELAY,
-        u64::from(std::process::id()),
-    ));
     // A restarted server must not reuse a payment id of the process it replaces.
-    let prefix = format!("pay-{run_id}-{}", std::process::id());
-    let service = service(&db, &config, mode, layer, &prefix)?;
+    let process = std::process::id();
+    let prefix = format!("pay-{run_id}-{process}");
+    let (_db, _config, service, _faults) =
+        faulty_service(store, mode, faults, u64::from(process), &prefix).await?;
     let listener = tokio::net::TcpListener::bind(addr).await?;
     println!("listening on {}", listener.local_addr()?);
     serve(listener, service, async {

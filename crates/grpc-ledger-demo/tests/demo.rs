@@ -5,7 +5,8 @@
 
 use std::time::Duration;
 
-use grpc_ledger_demo::{ClientOptions, ClientRetries, FaultOptions, Store, run_demo, run_demo_in};
+use grpc_ledger_demo::{ClientOptions, ClientRetries, FaultOptions, run_demo, run_demo_in};
+use grpc_ledger_payments::Store;
 use grpc_operation_ledger_seaorm::Pooler;
 use grpc_tonic::GuardMode;
 

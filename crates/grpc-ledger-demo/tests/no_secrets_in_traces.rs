@@ -6,7 +6,8 @@ use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use grpc_ledger_demo::{ClientOptions, ClientRetries, FaultOptions, Store, run_demo};
+use grpc_ledger_demo::{ClientOptions, ClientRetries, FaultOptions, run_demo};
+use grpc_ledger_payments::Store;
 
 #[derive(Clone, Default)]
 struct Captured(Arc<Mutex<Vec<u8>>>);

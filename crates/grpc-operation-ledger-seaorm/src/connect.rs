@@ -146,10 +146,67 @@ pub async fn connect_postgres(
 /// `SET STATEMENT`, so the ledger does not run on MySQL yet, and a claim there fails). Sets nothing
 /// on the connections: the claim's bounded wait travels with the claim statement
 /// (`SET STATEMENT max_statement_time`). Does not apply migrations.
+/// `mariadb://` is taken for `mysql://` (the driver knows only the latter).
 pub async fn connect_mysql(url: &str, config: &LedgerConfig) -> Result<DatabaseConnection, DbErr> {
-    let mut options = ConnectOptions::new(url.to_owned());
+    let url = match url.strip_prefix("mariadb://") {
+        Some(rest) => format!("mysql://{rest}"),
+        None => url.to_owned(),
+    };
+    let mut options = ConnectOptions::new(url);
     pool_options(&mut options, config);
     Database::connect(options).await
+}
+
+/// Which database server a URL names, by its scheme: the one place a URL's kind is read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ServerKind {
+    /// `postgres://` or `postgresql://`.
+    Postgres,
+    /// `mysql://` or `mariadb://` (MariaDB 10.5 or later, see [`connect_mysql`]).
+    MariaDb,
+}
+
+impl ServerKind {
+    /// The server `url` names, or why the ledger runs on none by that name. The URL itself is not
+    /// repeated in the error: it may carry a password.
+    pub fn of_url(url: &str) -> Result<Self, DbErr> {
+        let scheme = url
+            .split_once("://")
+            .map(|(scheme, _)| scheme.to_ascii_lowercase());
+        match scheme.as_deref() {
+            Some("postgres" | "postgresql") => Ok(Self::Postgres),
+            Some("mysql" | "mariadb") => Ok(Self::MariaDb),
+            _ => Err(DbErr::Custom(
+                "a database server URL starts with postgres://, postgresql://, mysql:// or \
+                 mariadb:// (for SQLite, give a file)"
+                    .to_owned(),
+            )),
+        }
+    }
+}
+
+impl std::fmt::Display for ServerKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Postgres => "PostgreSQL",
+            Self::MariaDb => "MariaDB",
+        })
+    }
+}
+
+/// Connects a pool to the server `url` names, PostgreSQL ([`connect_postgres`]) or MariaDB
+/// ([`connect_mysql`]), by its scheme. Does not apply migrations.
+pub async fn connect_server(
+    url: &str,
+    config: &LedgerConfig,
+) -> Result<(DatabaseConnection, ServerKind), DbErr> {
+    let kind = ServerKind::of_url(url)?;
+    let db = match kind {
+        ServerKind::Postgres => connect_postgres(url, config).await?,
+        ServerKind::MariaDb => connect_mysql(url, config).await?,
+    };
+    Ok((db, kind))
 }
 
 fn pool_options(options: &mut ConnectOptions, config: &LedgerConfig) {
@@ -176,7 +233,29 @@ pub fn database_url(server_url: &str, database: &str) -> Result<String, DbErr> {
 
 #[cfg(test)]
 mod tests {
-    use super::database_url;
+    use super::{ServerKind, database_url};
+
+    #[test]
+    fn a_urls_scheme_names_its_server_and_nothing_else_is_guessed() {
+        for (url, kind) in [
+            ("postgres://u@h/db", ServerKind::Postgres),
+            ("postgresql://u@h/db", ServerKind::Postgres),
+            ("POSTGRES://u@h/db", ServerKind::Postgres),
+            ("mysql://u:p@h:3306/db", ServerKind::MariaDb),
+            ("mariadb://u:p@h:3306/db", ServerKind::MariaDb),
+        ] {
+            assert_eq!(ServerKind::of_url(url).unwrap(), kind, "{url}");
+        }
+        for url in [
+            "sqlite://x.db",
+            "/var/lib/ledger.sqlite",
+            "http://h",
+            "pg://u:secret@h",
+        ] {
+            let refused = ServerKind::of_url(url).expect_err(url).to_string();
+            assert!(!refused.contains("secret"), "{refused}");
+        }
+    }
 
     #[test]
     fn the_database_is_replaced_and_everything_else_kept() {

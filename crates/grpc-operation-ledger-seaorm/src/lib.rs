@@ -62,7 +62,8 @@ mod sql;
 mod units;
 
 pub use connect::{
-    LedgerConfig, Pooler, connect_mysql, connect_postgres, database_url, open_sqlite,
+    LedgerConfig, Pooler, ServerKind, connect_mysql, connect_postgres, connect_server,
+    database_url, open_sqlite,
 };
 pub use error::store_error;
 pub use ledger::{LedgerConnection, SeaOrmOperationLedger};

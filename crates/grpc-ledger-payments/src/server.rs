@@ -18,7 +18,7 @@ use crate::pb::resolve_payment_response::State;
 use crate::pb::{CreatePaymentRequest, Payment, ResolvePaymentRequest, ResolvePaymentResponse};
 
 /// The method the guard protects.
-pub(crate) fn create_method() -> GrpcMethod {
+pub fn create_payment_method() -> GrpcMethod {
     GrpcMethod::parse("/payments.v1.Payments/CreatePayment").expect("a valid method name")
 }
 
@@ -34,11 +34,7 @@ pub async fn prepare_database(db: &DatabaseConnection) -> Result<(), DbErr> {
 
 /// Writes `$N` placeholders in the connection's dialect (the demo's statements number them in
 /// order, so MariaDB's bare `?` binds them right).
-pub(crate) fn statement(
-    db: &impl ConnectionTrait,
-    sql: &str,
-    values: Vec<sea_orm::Value>,
-) -> Statement {
+pub fn statement(db: &impl ConnectionTrait, sql: &str, values: Vec<sea_orm::Value>) -> Statement {
     let backend = db.get_database_backend();
     // The demo's stores are the ledger's, which all have a dialect.
     let sql = grpc_operation_ledger_seaorm::in_dialect(backend, sql).unwrap_or_else(|| sql.into());
@@ -221,7 +217,11 @@ impl Payments for PaymentsService {
     ) -> Result<Response<ResolvePaymentResponse>, Status> {
         let resolved = self
             .guard
-            .resolve(&create_method(), request.metadata(), request.extensions())
+            .resolve(
+                &create_payment_method(),
+                request.metadata(),
+                request.extensions(),
+            )
             .await?;
         let mut answer = ResolvePaymentResponse::default();
         match resolved {

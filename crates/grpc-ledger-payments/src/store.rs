@@ -1,0 +1,107 @@
+//! Where the service keeps its ledger and payments, the service on it, and the server.
+
+use std::fmt;
+use std::sync::Arc;
+
+use grpc_core_api::{KeyHasher, RequestSchema};
+use grpc_operation_ledger_seaorm::{
+    LedgerConfig, Pooler, SeaOrmUnitsOfWork, ServerKind, connect_server, migrate_with, open_sqlite,
+};
+use grpc_tonic::{GuardConfig, GuardMode, KeyedMutationGuard};
+use sea_orm::DatabaseConnection;
+
+use crate::DESCRIPTOR_SET;
+use crate::pb;
+use crate::server::{Faults, PaymentsService, authenticate, prepare_database};
+
+/// Where the service keeps its ledger and payments.
+#[derive(Debug, Clone)]
+pub enum Store {
+    /// An embedded SQLite file (created if missing).
+    Sqlite(std::path::PathBuf),
+    /// A database server: PostgreSQL (`postgres://`), or MariaDB/MySQL (`mysql://`).
+    Server {
+        /// Its URL.
+        url: String,
+        /// What stands between the service and PostgreSQL.
+        pooler: Pooler,
+    },
+}
+
+/// Opens the store (creating the SQLite file, or applying the ledger's migrations on PostgreSQL)
+/// and the demo's business table.
+pub async fn open_store(store: &Store) -> anyhow::Result<(DatabaseConnection, LedgerConfig)> {
+    let mut config = LedgerConfig::default().with_max_connections(32);
+    let db = match store {
+        Store::Sqlite(path) => open_sqlite(path, &config).await?,
+        Store::Server { url, pooler } => {
+            config.pooler = *pooler;
+            let (db, _) = connect_server(url, &config).await?;
+            migrate_with(&db, &config).await?;
+            db
+        }
+    };
+    prepare_database(&db).await?;
+    Ok((db, config))
+}
+
+impl fmt::Display for Store {
+    /// The kind of store, never its URL (which may carry a password).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Sqlite(path) => write!(f, "SQLite {}", path.display()),
+            Self::Server { url, pooler } => match ServerKind::of_url(url) {
+                Ok(ServerKind::Postgres) if *pooler == Pooler::TransactionPooling => {
+                    f.write_str("PostgreSQL through a transaction pooler")
+                }
+                Ok(kind) => write!(f, "{kind}"),
+                Err(_) => f.write_str("an unknown database server"),
+            },
+        }
+    }
+}
+
+/// The payments service on `db`, its guard in `mode`, with the fault layer `faults` after each
+/// commit.
+pub fn service(
+    db: &DatabaseConnection,
+    config: &LedgerConfig,
+    mode: GuardMode,
+    faults: Arc<Faults>,
+    id_prefix: &str,
+) -> anyhow::Result<PaymentsService> {
+    // The service hashes keys with a server secret, as a production deployment should.
+    let hasher = KeyHasher::hmac_sha256(b"demo-server-secret-change-me-0123")?;
+    let guard = KeyedMutationGuard::new(
+        SeaOrmUnitsOfWork::new(db.clone(), config),
+        GuardConfig::new(
+            hasher,
+            RequestSchema::from_file_descriptor_set(DESCRIPTOR_SET)?,
+        )
+        // Write-once fits the demo's handler: its one effect is the payment row, in the unit.
+        .with_mode(mode),
+    );
+    Ok(PaymentsService::new(guard, faults, id_prefix))
+}
+
+/// Serves `service` (the demo's, or another implementation of its API, as the benchmarks' baseline)
+/// on `listener`, behind the demo's token check, until `shutdown` completes.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    service: impl pb::payments_server::Payments,
+    shutdown: impl std::future::Future<Output = ()> + Send,
+) -> anyhow::Result<()> {
+    tonic::transport::Server::builder()
+        // The guard reads each call's method from its path, checked once here.
+        .layer(grpc_tonic::MethodFromPathLayer)
+        .add_service(pb::payments_server::PaymentsServer::with_interceptor(
+            service,
+            authenticate,
+        ))
+        .serve_with_incoming_shutdown(
+            tokio_stream::wrappers::TcpListenerStream::new(listener),
+            shutdown,
+        )
+        .await?;
+    Ok(())
+}
