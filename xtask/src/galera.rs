@@ -16,11 +16,9 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 
 use crate::cmd;
-use crate::host::{
-    CLUSTER_USER, ensure_system_user, free_loopback_port, fresh_temp_dir, install_if_missing,
-    path_str, running_as_root, wait_until,
-};
-use crate::mariadb::{CLIENT, INSTALL_DB, PASSWORD, SERVER, USER, as_user, install, whoami};
+use crate::host::{free_loopback_port, fresh_temp_dir, install_if_missing, path_str, wait_until};
+use crate::mariadb::{CLIENT, INSTALL_DB, PASSWORD, SERVER, USER, install};
+use crate::server_process::{ServerUser, terminate_by_pid_file};
 
 const PROVIDER: &str = "/usr/lib/galera/libgalera_smm.so";
 
@@ -34,7 +32,7 @@ struct Node {
 pub(crate) struct Galera {
     root: PathBuf,
     nodes: Vec<Node>,
-    run_as: Option<&'static str>,
+    run_as: ServerUser,
     user: String,
     /// Whether dropping the value leaves the cluster running (the development cluster).
     keep: bool,
@@ -54,13 +52,8 @@ impl Galera {
             &["galera-4", "rsync"],
             "a three-node Galera cluster",
         )?;
-        let run_as = if running_as_root()? {
-            ensure_system_user()?;
-            Some(CLUSTER_USER)
-        } else {
-            None
-        };
-        let user = run_as.map_or_else(whoami, |u| Ok(u.to_owned()))?;
+        let run_as = ServerUser::prepare()?;
+        let user = run_as.name()?;
         let group_ports: Vec<u16> = (0..3)
             .map(|_| free_loopback_port())
             .collect::<Result<_>>()?;
@@ -108,9 +101,8 @@ impl Galera {
                 child: None,
             });
         }
-        if let Some(user) = run_as {
-            cmd::output(Command::new("chown").args(["-R", &format!("{user}:"), path_str(&root)?]))?;
-        }
+        // Once every node's configuration is written, the whole tree is given to the user.
+        run_as.own(&root)?;
         for n in 0..3 {
             galera.start_node(n, n == 0)?;
         }
@@ -131,8 +123,8 @@ impl Galera {
         let data = node.dir.join("data");
         if !data.exists() {
             cmd::output(
-                as_user(self.run_as, INSTALL_DB)
-                    .current_dir(&node.dir)
+                self.run_as
+                    .command(INSTALL_DB, &node.dir)
                     .args([
                         "--no-defaults",
                         "--skip-test-db",
@@ -143,11 +135,9 @@ impl Galera {
             )
             .with_context(|| format!("mariadb-install-db for node {}", n + 1))?;
         }
-        let mut command = as_user(self.run_as, SERVER);
-        command.current_dir(&node.dir).arg(format!(
-            "--defaults-file={}",
-            path_str(&node.dir.join("my.cnf"))?
-        ));
+        let config = node.dir.join("my.cnf");
+        let mut command = self.run_as.command(SERVER, &node.dir);
+        command.arg(format!("--defaults-file={}", path_str(&config)?));
         if bootstrap {
             command.arg("--wsrep-new-cluster");
         }
@@ -222,8 +212,8 @@ impl Galera {
     pub(crate) fn sql(&self, n: usize, statement: &str) -> Result<String> {
         let node = &self.nodes[n];
         cmd::output(
-            as_user(self.run_as, CLIENT)
-                .current_dir(&node.dir)
+            self.run_as
+                .command(CLIENT, &node.dir)
                 .arg("--no-defaults")
                 .arg(format!(
                     "--socket={}",
@@ -256,9 +246,8 @@ impl Drop for Galera {
         }
         // Stopped in reverse order, so that the bootstrap node leaves last.
         for node in self.nodes.iter_mut().rev() {
-            if let Ok(pid) = std::fs::read_to_string(node.dir.join("mariadb.pid")) {
-                let _ = Command::new("kill").args(["-TERM", pid.trim()]).status();
-                let pid_file = node.dir.join("mariadb.pid");
+            let pid_file = node.dir.join("mariadb.pid");
+            if terminate_by_pid_file(&pid_file) {
                 let _ = wait_until(Duration::from_secs(30), || !pid_file.exists());
             }
             if let Some(mut child) = node.child.take() {
@@ -315,10 +304,12 @@ pub(crate) fn dev_stop() -> Result<()> {
             child: None,
         })
         .collect();
+    // Dropping stops the nodes by their pid files and runs nothing as the servers' user, so
+    // neither `run_as` nor `user` matters here.
     drop(Galera {
         root,
         nodes,
-        run_as: None,
+        run_as: ServerUser::Invoker,
         user: String::new(),
         keep: false,
     });

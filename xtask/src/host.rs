@@ -1,6 +1,9 @@
-//! What every local server xtask starts needs of the machine: an unprivileged user to run it
-//! (PostgreSQL and MariaDB refuse root), a free loopback port, a private scratch directory, and a
-//! bounded wait for readiness.
+//! What every local server xtask starts needs of the machine: a free loopback port, a private
+//! scratch directory, a bounded wait for readiness, Debian's packages, and whether this process is
+//! root.
+//!
+//! Not for running a server's processes as the unprivileged user (that is
+//! [`crate::server_process`]).
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -11,9 +14,6 @@ use anyhow::{Context, Result, bail};
 
 use crate::cmd;
 
-/// The unprivileged system user that runs the servers when xtask runs as root.
-pub(crate) const CLUSTER_USER: &str = "grpc-ledger-pg";
-
 pub(crate) fn path_str(path: &Path) -> Result<&str> {
     path.to_str().context("path is not UTF-8")
 }
@@ -21,28 +21,6 @@ pub(crate) fn path_str(path: &Path) -> Result<&str> {
 pub(crate) fn running_as_root() -> Result<bool> {
     // The owner of /proc/self is the effective user of this process.
     Ok(std::fs::metadata("/proc/self")?.uid() == 0)
-}
-
-pub(crate) fn ensure_system_user() -> Result<()> {
-    let exists = Command::new("id")
-        .args(["-u", CLUSTER_USER])
-        .output()
-        .map(|out| out.status.success())
-        .unwrap_or(false);
-    if !exists {
-        eprintln!("xtask: creating system user {CLUSTER_USER} to run PostgreSQL (it refuses root)");
-        cmd::output(Command::new("useradd").args([
-            "--system",
-            "--user-group",
-            "--no-create-home",
-            "--home-dir",
-            "/nonexistent",
-            "--shell",
-            "/usr/sbin/nologin",
-            CLUSTER_USER,
-        ]))?;
-    }
-    Ok(())
 }
 
 pub(crate) fn free_loopback_port() -> Result<u16> {

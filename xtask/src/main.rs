@@ -6,8 +6,11 @@
 //!   command is interrupted.
 //! - `cargo xtask pg start|stop|url`: a development PostgreSQL that outlives the command, for
 //!   running single tests with `DATABASE_URL` by hand.
+//!
+//! `cargo xtask help` lists every task; the command line is defined in [`cli`].
 
 mod chaos;
+mod cli;
 mod cmd;
 mod fuzz;
 mod galera;
@@ -15,43 +18,35 @@ mod host;
 mod mariadb;
 mod pgbouncer;
 mod postgres;
+mod server_process;
 mod tidy;
 
 use std::process::ExitCode;
 
 use anyhow::{Context, Result, bail};
+use clap::error::ErrorKind;
+use clap::{CommandFactory, Parser};
 
-const USAGE: &str = "\
-usage: cargo xtask <task>
-
-tasks:
-  test              format check, clippy -D warnings, all tests against a real PostgreSQL
-  chaos [--quick]   the demo's workload while PostgreSQL restarts, connections are killed and
-                    the server is killed; reconciled after each (the quick run is part of `test`)
-  fuzz [--seconds N]
-                    every cargo-fuzz target (service config, method, key parsers) for N s each
-  bench [--quick] [--all]
-                    the ledger benchmarks on a durable throwaway PostgreSQL (and SQLite);
-                    --all adds the policy benchmarks; figures in target/bench/summary.json
-  pg start          start a development PostgreSQL (kept until `pg stop`) and print its URL;
-                    fsync is off unless `--durable` (use that for measurements)
-  pg stop           stop and remove the development PostgreSQL
-  pg url            print the development PostgreSQL's URL
-  mariadb start|stop|url
-                    the same for a development MariaDB (Debian's mariadb-server)
-  galera start|stop|urls
-                    a development three-node Galera cluster on loopback (urls: the nodes'
-                    URLs, comma-separated, as GALERA_URLS takes them)
-  galera test       the ledger's contract suite on a three-node MariaDB Galera cluster, its
-                    units spread over the nodes (also part of `test`)
-  galera chaos [--quick]
-                    the demo on a three-node Galera cluster while a node is killed and
-                    rejoins, and while the server's node is killed and a proxy fails over
-                    (also part of `chaos`)
-";
+use cli::{Cli, GaleraAction, MariadbAction, PgAction, Task};
 
 fn main() -> ExitCode {
-    match run(std::env::args().skip(1).collect()) {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(error) => {
+            // Help is printed to stderr, as every other message of xtask, and asking for it is no
+            // failure; a command line clap refuses (an unknown task or flag) is one.
+            eprint!("{error}");
+            return match error.kind() {
+                ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => ExitCode::SUCCESS,
+                _ => ExitCode::FAILURE,
+            };
+        }
+    };
+    let Some(task) = cli.task else {
+        eprint!("{}", Cli::command().render_help());
+        return ExitCode::SUCCESS;
+    };
+    match run(task) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("xtask: error: {error:#}");
@@ -60,38 +55,31 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(args: Vec<String>) -> Result<()> {
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    match args.as_slice() {
-        ["test"] => test(),
-        ["bench", flags @ ..] => bench(flags),
-        ["fuzz"] => fuzz::fuzz(60, &*cmd::install_interrupt_flag()?),
-        ["fuzz", "--seconds", seconds] => {
-            let seconds = seconds.parse().context("--seconds takes a whole number")?;
-            fuzz::fuzz(seconds, &*cmd::install_interrupt_flag()?)
-        }
-        ["chaos"] => chaos::chaos(false, &*cmd::install_interrupt_flag()?),
-        ["chaos", "--quick"] => chaos::chaos(true, &*cmd::install_interrupt_flag()?),
-        ["pg", "start"] => postgres::dev_start(false),
-        ["pg", "start", "--durable"] => postgres::dev_start(true),
-        ["pg", "stop"] => postgres::dev_stop(),
-        ["pg", "url"] => postgres::dev_url(),
-        ["mariadb", "start"] => mariadb::dev_start(),
-        ["mariadb", "stop"] => mariadb::dev_stop(),
-        ["mariadb", "url"] => mariadb::dev_url(),
-        ["galera", "start"] => galera::dev_start(),
-        ["galera", "stop"] => galera::dev_stop(),
-        ["galera", "urls"] => galera::dev_urls(),
-        ["galera", "test"] => galera_test(),
-        ["galera", "chaos"] => chaos::galera_only(false, &*cmd::install_interrupt_flag()?),
-        ["galera", "chaos", "--quick"] => {
-            chaos::galera_only(true, &*cmd::install_interrupt_flag()?)
-        }
-        ["help" | "--help" | "-h"] | [] => {
-            eprint!("{USAGE}");
-            Ok(())
-        }
-        _ => bail!("unknown task {:?}\n{USAGE}", args.join(" ")),
+fn run(task: Task) -> Result<()> {
+    match task {
+        Task::Test => test(),
+        Task::Bench { quick, all } => bench(quick, all),
+        Task::Fuzz { seconds } => fuzz::fuzz(seconds, &*cmd::install_interrupt_flag()?),
+        Task::Chaos { quick } => chaos::chaos(quick, &*cmd::install_interrupt_flag()?),
+        Task::Pg { action } => match action {
+            PgAction::Start { durable } => postgres::dev_start(durable),
+            PgAction::Stop => postgres::dev_stop(),
+            PgAction::Url => postgres::dev_url(),
+        },
+        Task::Mariadb { action } => match action {
+            MariadbAction::Start => mariadb::dev_start(),
+            MariadbAction::Stop => mariadb::dev_stop(),
+            MariadbAction::Url => mariadb::dev_url(),
+        },
+        Task::Galera { action } => match action {
+            GaleraAction::Start => galera::dev_start(),
+            GaleraAction::Stop => galera::dev_stop(),
+            GaleraAction::Urls => galera::dev_urls(),
+            GaleraAction::Test => galera_test(),
+            GaleraAction::Chaos { quick } => {
+                chaos::galera_only(quick, &*cmd::install_interrupt_flag()?)
+            }
+        },
     }
 }
 
@@ -363,13 +351,7 @@ fn count_tests(output: &str) -> (u64, u64) {
         })
 }
 
-fn bench(flags: &[&str]) -> Result<()> {
-    for flag in flags {
-        if !["--quick", "--all"].contains(flag) {
-            bail!("unknown bench flag {flag}\n{USAGE}");
-        }
-    }
-    let quick = flags.contains(&"--quick");
+fn bench(quick: bool, all: bool) -> Result<()> {
     let interrupted = cmd::install_interrupt_flag()?;
     cmd::cargo(
         &["build", "--release", "--package", "grpc-ledger-bench"],
@@ -406,7 +388,7 @@ fn bench(flags: &[&str]) -> Result<()> {
     drop(mariadb);
     drop(database);
     outcome.context("the ledger benchmarks")?;
-    if flags.contains(&"--all") {
+    if all {
         policy_benches(&summary)?;
     }
     eprintln!("xtask: figures in {}", summary.display());

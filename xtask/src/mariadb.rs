@@ -4,16 +4,14 @@
 //! or the command is interrupted. `cargo xtask mariadb start|stop|url` keeps one for development.
 
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 
 use crate::cmd;
-use crate::host::{
-    CLUSTER_USER, ensure_system_user, free_loopback_port, fresh_temp_dir, install_if_missing,
-    path_str, running_as_root, wait_until,
-};
+use crate::host::{free_loopback_port, fresh_temp_dir, install_if_missing, path_str, wait_until};
+use crate::server_process::{ServerUser, terminate_by_pid_file};
 
 pub(crate) const SERVER: &str = "/usr/sbin/mariadbd";
 pub(crate) const INSTALL_DB: &str = "/usr/bin/mariadb-install-db";
@@ -36,22 +34,13 @@ impl MariaDb {
     /// Initialises and starts a server in `root` (which it then owns).
     fn start(root: PathBuf, throwaway: bool) -> Result<Self> {
         install()?;
-        let run_as = if running_as_root()? {
-            ensure_system_user()?;
-            cmd::output(Command::new("chown").args([
-                "-R",
-                &format!("{CLUSTER_USER}:"),
-                path_str(&root)?,
-            ]))?;
-            Some(CLUSTER_USER)
-        } else {
-            None
-        };
-        let user = run_as.map_or_else(whoami, |u| Ok(u.to_owned()))?;
+        let run_as = ServerUser::prepare()?;
+        run_as.own(&root)?;
+        let user = run_as.name()?;
         let data = root.join("data");
         cmd::output(
-            as_user(run_as, INSTALL_DB)
-                .current_dir(&root)
+            run_as
+                .command(INSTALL_DB, &root)
                 .args([
                     "--no-defaults",
                     "--skip-test-db",
@@ -63,8 +52,8 @@ impl MariaDb {
         .context("mariadb-install-db")?;
         let port = free_loopback_port()?;
         let socket = root.join("mariadb.sock");
-        let child = as_user(run_as, SERVER)
-            .current_dir(&root)
+        let child = run_as
+            .command(SERVER, &root)
             .arg("--no-defaults")
             .arg(format!("--datadir={}", path_str(&data)?))
             .arg(format!("--socket={}", path_str(&socket)?))
@@ -100,8 +89,8 @@ impl MariaDb {
         };
         let sql = |statement: &str| {
             cmd::output(
-                as_user(run_as, CLIENT)
-                    .current_dir(&server.root)
+                run_as
+                    .command(CLIENT, &server.root)
                     .arg("--no-defaults")
                     .arg(format!("--socket={}", socket.display()))
                     .arg(format!("--user={user}"))
@@ -128,9 +117,8 @@ impl MariaDb {
     }
 
     fn stop(&mut self) {
-        if let Ok(pid) = std::fs::read_to_string(self.root.join("mariadb.pid")) {
-            let _ = Command::new("kill").args(["-TERM", pid.trim()]).status();
-            let pid_file = self.root.join("mariadb.pid");
+        let pid_file = self.root.join("mariadb.pid");
+        if terminate_by_pid_file(&pid_file) {
             let _ = wait_until(Duration::from_secs(30), || !pid_file.exists());
         }
         if let Some(mut child) = self.child.take() {
@@ -150,24 +138,6 @@ impl Drop for MariaDb {
             eprintln!("xtask: removing {} failed: {error}", self.root.display());
         }
     }
-}
-
-/// A command run as `user` (through runuser) when given.
-pub(crate) fn as_user(user: Option<&str>, program: &str) -> Command {
-    match user {
-        Some(user) => {
-            let mut command = Command::new("runuser");
-            command.args(["-u", user, "--", program]);
-            command
-        }
-        None => Command::new(program),
-    }
-}
-
-pub(crate) fn whoami() -> Result<String> {
-    Ok(cmd::output(Command::new("id").arg("-un"))?
-        .trim()
-        .to_owned())
 }
 
 /// Installs Debian's `mariadb-server` when it is missing and this process may (root).

@@ -4,16 +4,13 @@
 //! foreground as the clusters' unprivileged user, on a free loopback port, with its files in a
 //! temporary directory; stopped and removed on drop, also when a test fails.
 
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 
-use crate::cmd;
-use crate::host::{
-    CLUSTER_USER, ensure_system_user, free_loopback_port, fresh_temp_dir, install_if_missing,
-    path_str, running_as_root, wait_until,
-};
+use crate::host::{free_loopback_port, fresh_temp_dir, install_if_missing, path_str, wait_until};
+use crate::server_process::{ServerUser, terminate_by_pid_file};
 
 const BINARY: &str = "/usr/sbin/pgbouncer";
 
@@ -70,22 +67,11 @@ impl Bouncer {
         );
         std::fs::write(root.join("pgbouncer.ini"), config)?;
         std::fs::write(root.join("userlist.txt"), "\"postgres\" \"\"\n")?;
-        let mut command = if running_as_root()? {
-            ensure_system_user()?;
-            cmd::output(Command::new("chown").args([
-                "-R",
-                &format!("{CLUSTER_USER}:"),
-                path_str(&root)?,
-            ]))?;
-            let mut command = Command::new("runuser");
-            command.args(["-u", CLUSTER_USER, "--", BINARY]);
-            command
-        } else {
-            Command::new(BINARY)
-        };
-        let child = command
+        let run_as = ServerUser::prepare()?;
+        run_as.own(&root)?;
+        let child = run_as
+            .command(BINARY, &root)
             .arg(root.join("pgbouncer.ini"))
-            .current_dir(&root)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             // It logs to its logfile as well, which is shown if it fails to start.
@@ -121,10 +107,9 @@ impl Bouncer {
 impl Drop for Bouncer {
     fn drop(&mut self) {
         // PgBouncer runs under runuser when xtask is root; signal it by its pidfile so that it,
-        // not only runuser, ends.
-        if let Ok(pid) = std::fs::read_to_string(self.root.join("pgbouncer.pid")) {
-            let _ = Command::new("kill").args(["-TERM", pid.trim()]).status();
-        }
+        // not only runuser, ends. Unlike MariaDB's stop, this one does not wait for the pid file
+        // to go: PgBouncer holds no data that a hurried stop could lose.
+        terminate_by_pid_file(&self.root.join("pgbouncer.pid"));
         let _ = self.child.kill();
         let _ = self.child.wait();
         if let Err(error) = std::fs::remove_dir_all(&self.root) {

@@ -8,7 +8,7 @@ use anyhow::{Context, Result, bail};
 
 use super::{Cluster, DURABLE_SETTINGS, TEST_SETTINGS, bin_dir};
 use crate::cmd;
-use crate::host::{CLUSTER_USER, running_as_root};
+use crate::server_process::ServerUser;
 
 fn dev_root() -> PathBuf {
     cmd::target_dir()
@@ -34,11 +34,9 @@ fn dev_cluster() -> Result<Option<(Cluster, u16)>> {
     let cluster = Cluster {
         bin: bin_dir()?,
         root: std::fs::canonicalize(&root)?,
-        run_as: if running_as_root()? {
-            Some(CLUSTER_USER)
-        } else {
-            None
-        },
+        // The cluster's user exists already (the cluster was started with it), so nothing is
+        // created here, unlike `Cluster::prepare`.
+        user: ServerUser::current()?,
         url: format!("postgres://postgres@127.0.0.1:{port}/postgres"),
         throwaway: false,
     };

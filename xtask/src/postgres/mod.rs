@@ -18,9 +18,8 @@ use std::process::Command;
 use anyhow::{Context, Result, bail};
 
 use crate::cmd;
-use crate::host::{
-    CLUSTER_USER, ensure_system_user, free_loopback_port, fresh_temp_dir, path_str, running_as_root,
-};
+use crate::host::{free_loopback_port, fresh_temp_dir, path_str, running_as_root};
+use crate::server_process::ServerUser;
 
 mod dev;
 pub(crate) use dev::{dev_start, dev_stop, dev_url};
@@ -128,7 +127,7 @@ fn redact(url: &str) -> String {
 pub(crate) struct Cluster {
     bin: PathBuf,
     root: PathBuf,
-    run_as: Option<&'static str>,
+    user: ServerUser,
     url: String,
     /// Whether dropping the value stops the server and deletes `root`.
     throwaway: bool,
@@ -145,19 +144,12 @@ impl Cluster {
     /// A cluster directory owned by the cluster's user, nothing in it yet.
     fn prepare(root: PathBuf, throwaway: bool) -> Result<Self> {
         let bin = bin_dir()?;
-        let run_as = if running_as_root()? {
-            ensure_system_user()?;
-            Some(CLUSTER_USER)
-        } else {
-            None
-        };
-        if let Some(user) = run_as {
-            cmd::output(Command::new("chown").args(["-R", &format!("{user}:"), path_str(&root)?]))?;
-        }
+        let user = ServerUser::prepare()?;
+        user.own(&root)?;
         Ok(Self {
             bin,
             root,
-            run_as,
+            user,
             url: String::new(),
             throwaway,
         })
@@ -189,20 +181,9 @@ impl Cluster {
         self.root.join("postgres.log")
     }
 
-    /// A command for one of the PostgreSQL binaries, run as the cluster's user.
+    /// A command for one of the PostgreSQL binaries, run as the cluster's user in its root.
     fn pg_command(&self, program: &str) -> Command {
-        let binary = self.bin.join(program);
-        let mut command = match self.run_as {
-            Some(user) => {
-                let mut c = Command::new("runuser");
-                c.args(["-u", user, "--"]).arg(binary);
-                c
-            }
-            None => Command::new(binary),
-        };
-        // The cluster's user may not be able to enter the caller's working directory.
-        command.current_dir(&self.root);
-        command
+        self.user.command(self.bin.join(program), &self.root)
     }
 
     fn init(&self) -> Result<()> {
@@ -324,7 +305,9 @@ impl Cluster {
         .map(|_| ())
     }
 
-    /// Runs one SQL statement with psql and returns its unaligned output.
+    /// Runs one SQL statement with psql and returns its unaligned output. psql is a client over
+    /// TCP that needs none of the cluster's files, so it runs as the invoker, not as the cluster's
+    /// user.
     pub(crate) fn psql(&self, sql: &str) -> Result<String> {
         cmd::output(Command::new(self.bin.join("psql")).args([&self.url, "-Atqc", sql]))
             .map(|out| out.trim().to_owned())
