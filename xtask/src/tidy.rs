@@ -2,6 +2,7 @@
 
 #[cfg(test)]
 mod tests {
+    use std::collections::{BTreeMap, BTreeSet};
     use std::path::{Path, PathBuf};
     use std::process::Command;
 
@@ -53,6 +54,129 @@ mod tests {
             .lines()
             .map(str::to_owned)
             .collect()
+    }
+
+    /// A crate's dependencies on other workspace crates: (for its code, for its tests only).
+    type WorkspaceEdges = BTreeMap<String, (BTreeSet<String>, BTreeSet<String>)>;
+
+    /// Every workspace crate's dependencies on the others, as `cargo metadata` lists them: normal
+    /// and build dependencies for its code, dev-dependencies (not already normal) for its tests.
+    fn workspace_edges() -> WorkspaceEdges {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+        let out = Command::new(cargo)
+            .current_dir(workspace_root())
+            .args([
+                "metadata",
+                "--no-deps",
+                "--format-version",
+                "1",
+                "--offline",
+            ])
+            .output()
+            .expect("cargo metadata runs");
+        assert!(
+            out.status.success(),
+            "cargo metadata failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let metadata: serde_json::Value =
+            serde_json::from_slice(&out.stdout).expect("cargo metadata prints JSON");
+        let packages = metadata["packages"].as_array().expect("a package list");
+        let members: BTreeSet<String> = packages
+            .iter()
+            .filter_map(|p| p["name"].as_str().map(str::to_owned))
+            .collect();
+        let mut edges = WorkspaceEdges::new();
+        for package in packages {
+            let name = package["name"].as_str().expect("a package name").to_owned();
+            let (mut code, mut tests) = (BTreeSet::new(), BTreeSet::new());
+            for dependency in package["dependencies"].as_array().into_iter().flatten() {
+                let Some(on) = dependency["name"].as_str().filter(|d| members.contains(*d)) else {
+                    continue;
+                };
+                match dependency["kind"].as_str() {
+                    Some("dev") => tests.insert(on.to_owned()),
+                    _ => code.insert(on.to_owned()),
+                };
+            }
+            let tests = tests.difference(&code).cloned().collect();
+            edges.insert(name, (code, tests));
+        }
+        edges
+    }
+
+    /// The table under `## Crate dependencies` in docs/architecture.md, read the same way.
+    fn documented_edges(architecture: &str) -> WorkspaceEdges {
+        let section = architecture
+            .split("\n## Crate dependencies\n")
+            .nth(1)
+            .expect("docs/architecture.md has a `## Crate dependencies` section");
+        let section = section.split("\n## ").next().unwrap_or_default();
+        let crates_in = |cell: &str| -> BTreeSet<String> {
+            cell.split(',')
+                .map(|name| name.trim().trim_matches('`').to_owned())
+                .filter(|name| !name.is_empty() && name != "—")
+                .collect()
+        };
+        let mut edges = WorkspaceEdges::new();
+        for row in section.lines().filter(|line| line.starts_with("| `")) {
+            let cells: Vec<&str> = row.trim_matches('|').split('|').collect();
+            assert_eq!(cells.len(), 3, "a row of three cells: {row}");
+            let name = cells[0].trim().trim_matches('`').to_owned();
+            let previous = edges.insert(name.clone(), (crates_in(cells[1]), crates_in(cells[2])));
+            assert!(previous.is_none(), "{name} has two rows");
+        }
+        edges
+    }
+
+    /// docs/architecture.md: its dependency table is the code's, crate for crate and edge for
+    /// edge, so the picture of the house cannot drift from the house.
+    #[test]
+    fn every_crate_dependency_is_in_the_architecture() {
+        let architecture = std::fs::read_to_string(workspace_root().join("docs/architecture.md"))
+            .expect("docs/architecture.md readable");
+        let documented = documented_edges(&architecture);
+        let actual = workspace_edges();
+        assert!(
+            actual.len() >= 10,
+            "cargo metadata listed the workspace ({})",
+            actual.len()
+        );
+        let mut differences = Vec::new();
+        for name in actual
+            .keys()
+            .chain(documented.keys())
+            .collect::<BTreeSet<_>>()
+        {
+            match (actual.get(name), documented.get(name)) {
+                (Some(_), None) => differences.push(format!("{name}: no row in the table")),
+                (None, Some(_)) => differences.push(format!("{name}: a row, but no such crate")),
+                (Some(real), Some(said)) if real != said => differences.push(format!(
+                    "{name}: depends on {:?}, its tests also on {:?}; the table says {:?} and {:?}",
+                    real.0, real.1, said.0, said.1
+                )),
+                _ => {}
+            }
+        }
+        assert!(
+            differences.is_empty(),
+            "docs/architecture.md's crate dependencies differ from Cargo's:\n{}",
+            differences.join("\n")
+        );
+    }
+
+    #[test]
+    fn the_dependency_table_is_read_as_written() {
+        let table = "x\n## Crate dependencies\n\n| crate | depends on | its tests also use |\n\
+                     |---|---|---|\n| `a` | — | — |\n| `b` | `a`, `c` | `d` |\n\n## Next\n| `z` | — | — |\n";
+        let edges = documented_edges(table);
+        assert_eq!(edges.len(), 2, "{edges:?}");
+        assert!(edges["a"].0.is_empty() && edges["a"].1.is_empty());
+        assert_eq!(
+            edges["b"].0,
+            BTreeSet::from(["a".to_owned(), "c".to_owned()])
+        );
+        assert_eq!(edges["b"].1, BTreeSet::from(["d".to_owned()]));
     }
 
     /// Whether `name` (a crate in a dependency tree) is a database driver or ORM.

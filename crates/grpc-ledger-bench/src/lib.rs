@@ -247,142 +247,14 @@ pub async fn run_all(url: &str, plan: &Plan) -> Result<Vec<Figure>> {
         .max_connections(max_clients + 2)
         .connect(&url)
         .await?;
-    let dir = std::env::temp_dir();
-
-    eprintln!("statements of the keyed variant (the raw-sql and pgbench variants send the same):");
-    for (what, sql) in statements(DbBackend::Postgres).context("PostgreSQL")? {
-        eprintln!("  {what}: {sql}");
-    }
-    eprintln!("  business: {BUSINESS_INSERT}");
-    eprintln!(
-        "pgbench script of the keyed variant:\n{}",
-        pgbench_keyed_script()?
-    );
+    print_statements()?;
 
     let mut figures = Vec::new();
     for &clients in &plan.clients {
-        let run = |variant: &'static str| format!("{variant}-{clients}-{}", std::process::id());
-        let business = drive(
-            clients,
-            plan.seconds,
-            fresh_keys(&db, run("b"), |db, _, key| async move {
-                business_op(&db, &key).await
-            }),
-        )
-        .await?;
-        let keyed = drive(
-            clients,
-            plan.seconds,
-            fresh_keys(&db, run("k"), |db, task, key| async move {
-                keyed_op(&db, task, &key).await
-            }),
-        )
-        .await?;
-        let write_once = drive(
-            clients,
-            plan.seconds,
-            fresh_keys(&db, run("w"), |db, task, key| async move {
-                write_once_op(&db, task, &key).await
-            }),
-        )
-        .await?;
-        let pool2 = pool.clone();
-        let tag = run("r");
-        let raw = drive(
-            clients,
-            plan.seconds,
-            Arc::new(move |task, i| {
-                let (pool, key) = (pool2.clone(), format!("{tag}-{task}-{i}"));
-                Box::pin(async move { raw_op(&pool, task, &key).await })
-            }),
-        )
-        .await?;
-        let (pg_keyed, pg_keyed_latency) =
-            pgbench(&url, &pgbench_keyed_script()?, clients, plan.seconds, &dir)?;
-        let (pg_business, _) = pgbench(
-            &url,
-            &pgbench_business_script(),
-            clients,
-            plan.seconds,
-            &dir,
-        )?;
-        let (pg_commit_once, _) = pgbench(
-            &url,
-            &pgbench_commit_once_script(),
-            clients,
-            plan.seconds,
-            &dir,
-        )?;
-
-        let at = |what: &str| format!("write c={clients} {what}");
-        let business_fig = figure(at("business"), "ops/s", business.ops_per_second);
-        let raw_fig = figure(at("raw-sql"), "ops/s", raw.ops_per_second);
-        let pg_keyed_fig = figure(at("pgbench keyed"), "tps", pg_keyed);
-        let pg_business_fig = figure(at("pgbench business"), "tps", pg_business);
-        let raw_p50 = figure(at("raw-sql p50"), "ms", raw.p50_ms);
-        figures.push(compared(
-            at("keyed"),
-            "ops/s",
-            keyed.ops_per_second,
-            &business_fig,
-        ));
-        figures.push(compared(
-            at("keyed vs raw-sql"),
-            "ops/s",
-            keyed.ops_per_second,
-            &raw_fig,
-        ));
-        figures.push(compared(
-            at("keyed vs pgbench keyed"),
-            "ops/s",
-            keyed.ops_per_second,
-            &pg_keyed_fig,
-        ));
-        let keyed_fig = figure(at("keyed (claim-first)"), "ops/s", keyed.ops_per_second);
-        figures.push(compared(
-            at("keyed write-once"),
-            "ops/s",
-            write_once.ops_per_second,
-            &business_fig,
-        ));
-        figures.push(compared(
-            at("keyed write-once vs claim-first"),
-            "ops/s",
-            write_once.ops_per_second,
-            &keyed_fig,
-        ));
-        figures.push(figure(at("keyed write-once p50"), "ms", write_once.p50_ms));
-        figures.push(compared(at("keyed p50"), "ms", keyed.p50_ms, &raw_p50));
-        figures.push(figure(at("keyed p99"), "ms", keyed.p99_ms));
-        figures.push(compared(
-            at("pgbench keyed vs business"),
-            "tps",
-            pg_keyed,
-            &pg_business_fig,
-        ));
-        figures.push(figure(
-            at("pgbench keyed mean latency"),
-            "ms",
-            pg_keyed_latency,
-        ));
-        figures.push(compared(
-            at("pgbench commit-once vs business"),
-            "tps",
-            pg_commit_once,
-            &pg_business_fig,
-        ));
-        figures.extend([
-            business_fig,
-            raw_fig,
-            raw_p50,
-            pg_keyed_fig,
-            pg_business_fig,
-        ]);
-        figures.push(figure(at("business p50"), "ms", business.p50_ms));
-        figures.push(figure(at("business p99"), "ms", business.p99_ms));
+        let writes = measure_writes(&db, &pool, &url, clients, plan).await?;
+        figures.extend(writes.figures(clients));
         eprintln!("measured {clients} client(s)");
     }
-
     figures.extend(replay(&db, plan).await?);
     figures.extend(growth(&db, plan).await?);
     figures.extend(e2e::end_to_end("postgres", &db, &config, plan).await?);
@@ -394,6 +266,176 @@ pub async fn run_all(url: &str, plan: &Plan) -> Result<Vec<Figure>> {
         .execute_unprepared(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
         .await?;
     Ok(figures)
+}
+
+/// What the keyed variant sends, so that a reader of the figures can check that pgbench and the
+/// raw-sql variant send the same.
+fn print_statements() -> Result<()> {
+    eprintln!("statements of the keyed variant (the raw-sql and pgbench variants send the same):");
+    for (what, sql) in statements(DbBackend::Postgres).context("PostgreSQL")? {
+        eprintln!("  {what}: {sql}");
+    }
+    eprintln!("  business: {BUSINESS_INSERT}");
+    eprintln!(
+        "pgbench script of the keyed variant:\n{}",
+        pgbench_keyed_script()?
+    );
+    Ok(())
+}
+
+/// Every write variant at one client count, measured one after another in the same run.
+struct Writes {
+    business: Measured,
+    keyed: Measured,
+    write_once: Measured,
+    raw: Measured,
+    pgbench_keyed: f64,
+    pgbench_keyed_latency: f64,
+    pgbench_business: f64,
+    pgbench_commit_once: f64,
+}
+
+/// Runs the write variants with `clients` clients: the business insert alone, the adapter
+/// claim-first and write-once, the same statements as raw SQL, and pgbench's three scripts.
+async fn measure_writes(
+    db: &DatabaseConnection,
+    pool: &sqlx::PgPool,
+    url: &str,
+    clients: usize,
+    plan: &Plan,
+) -> Result<Writes> {
+    let run = |variant: &'static str| format!("{variant}-{clients}-{}", std::process::id());
+    let business = drive(
+        clients,
+        plan.seconds,
+        fresh_keys(db, run("b"), |db, _, key| async move {
+            business_op(&db, &key).await
+        }),
+    )
+    .await?;
+    let keyed = drive(
+        clients,
+        plan.seconds,
+        fresh_keys(db, run("k"), |db, task, key| async move {
+            keyed_op(&db, task, &key).await
+        }),
+    )
+    .await?;
+    let write_once = drive(
+        clients,
+        plan.seconds,
+        fresh_keys(db, run("w"), |db, task, key| async move {
+            write_once_op(&db, task, &key).await
+        }),
+    )
+    .await?;
+    let (pool, tag) = (pool.clone(), run("r"));
+    let raw = drive(
+        clients,
+        plan.seconds,
+        Arc::new(move |task, i| {
+            let (pool, key) = (pool.clone(), format!("{tag}-{task}-{i}"));
+            Box::pin(async move { raw_op(&pool, task, &key).await })
+        }),
+    )
+    .await?;
+    let dir = std::env::temp_dir();
+    let (pgbench_keyed, pgbench_keyed_latency) =
+        pgbench(url, &pgbench_keyed_script()?, clients, plan.seconds, &dir)?;
+    let (pgbench_business, _) =
+        pgbench(url, &pgbench_business_script(), clients, plan.seconds, &dir)?;
+    let (pgbench_commit_once, _) = pgbench(
+        url,
+        &pgbench_commit_once_script(),
+        clients,
+        plan.seconds,
+        &dir,
+    )?;
+    Ok(Writes {
+        business,
+        keyed,
+        write_once,
+        raw,
+        pgbench_keyed,
+        pgbench_keyed_latency,
+        pgbench_business,
+        pgbench_commit_once,
+    })
+}
+
+impl Writes {
+    /// The figures of one client count, each ratio against its baseline of the same run.
+    fn figures(&self, clients: usize) -> Vec<Figure> {
+        let at = |what: &str| format!("write c={clients} {what}");
+        let business_fig = figure(at("business"), "ops/s", self.business.ops_per_second);
+        let raw_fig = figure(at("raw-sql"), "ops/s", self.raw.ops_per_second);
+        let pg_keyed_fig = figure(at("pgbench keyed"), "tps", self.pgbench_keyed);
+        let pg_business_fig = figure(at("pgbench business"), "tps", self.pgbench_business);
+        let raw_p50 = figure(at("raw-sql p50"), "ms", self.raw.p50_ms);
+        let keyed_fig = figure(
+            at("keyed (claim-first)"),
+            "ops/s",
+            self.keyed.ops_per_second,
+        );
+        let (keyed, write_once) = (&self.keyed, &self.write_once);
+        let mut figures = vec![
+            compared(at("keyed"), "ops/s", keyed.ops_per_second, &business_fig),
+            compared(
+                at("keyed vs raw-sql"),
+                "ops/s",
+                keyed.ops_per_second,
+                &raw_fig,
+            ),
+            compared(
+                at("keyed vs pgbench keyed"),
+                "ops/s",
+                keyed.ops_per_second,
+                &pg_keyed_fig,
+            ),
+            compared(
+                at("keyed write-once"),
+                "ops/s",
+                write_once.ops_per_second,
+                &business_fig,
+            ),
+            compared(
+                at("keyed write-once vs claim-first"),
+                "ops/s",
+                write_once.ops_per_second,
+                &keyed_fig,
+            ),
+            figure(at("keyed write-once p50"), "ms", write_once.p50_ms),
+            compared(at("keyed p50"), "ms", keyed.p50_ms, &raw_p50),
+            figure(at("keyed p99"), "ms", keyed.p99_ms),
+            compared(
+                at("pgbench keyed vs business"),
+                "tps",
+                self.pgbench_keyed,
+                &pg_business_fig,
+            ),
+            figure(
+                at("pgbench keyed mean latency"),
+                "ms",
+                self.pgbench_keyed_latency,
+            ),
+            compared(
+                at("pgbench commit-once vs business"),
+                "tps",
+                self.pgbench_commit_once,
+                &pg_business_fig,
+            ),
+        ];
+        figures.extend([
+            business_fig,
+            raw_fig,
+            raw_p50,
+            pg_keyed_fig,
+            pg_business_fig,
+        ]);
+        figures.push(figure(at("business p50"), "ms", self.business.p50_ms));
+        figures.push(figure(at("business p99"), "ms", self.business.p99_ms));
+        figures
+    }
 }
 
 /// The duplicate's cost: a claim of a committed identity against a plain primary-key read.
