@@ -89,7 +89,8 @@ pub(crate) enum MariadbAction {
     Start,
     /// Stop and remove the development MariaDB.
     Stop,
-    /// Print the development MariaDB's URL.
+    /// Print the development MariaDB's URL, naming its `ledger` database (ready for the demo's
+    /// `--database-url`).
     Url,
 }
 
@@ -101,7 +102,8 @@ pub(crate) enum GaleraAction {
     Start,
     /// Stop and remove the development Galera cluster.
     Stop,
-    /// Print the development cluster's node URLs, comma-separated, as GALERA_URLS takes them.
+    /// Print the development cluster's node URLs, comma-separated, as GALERA_URLS takes them,
+    /// each naming the cluster's `ledger` database.
     Urls,
     /// The ledger's contract suite on a fresh three-node Galera cluster, its units spread over
     /// the nodes (also part of `test`).

@@ -17,7 +17,7 @@ use anyhow::{Context, Result, bail};
 
 use crate::cmd;
 use crate::host::{free_loopback_port, fresh_temp_dir, install_if_missing, path_str, wait_until};
-use crate::mariadb::{CLIENT, INSTALL_DB, PASSWORD, SERVER, USER, install};
+use crate::mariadb::{CLIENT, DEV_DATABASE, INSTALL_DB, PASSWORD, SERVER, USER, install};
 use crate::server_process::{ServerUser, terminate_by_pid_file};
 
 const PROVIDER: &str = "/usr/lib/galera/libgalera_smm.so";
@@ -284,8 +284,14 @@ pub(crate) fn dev_start() -> Result<()> {
         drop(node.child.take());
     }
     cluster.keep = true;
-    std::fs::write(root.join("urls"), cluster.urls())?;
-    println!("{}", cluster.urls());
+    // Created on node 1, replicated to the others.
+    cluster.sql(0, &format!("CREATE DATABASE IF NOT EXISTS {DEV_DATABASE}"))?;
+    let urls = (0..cluster.len())
+        .map(|n| cluster.url(n, DEV_DATABASE))
+        .collect::<Vec<_>>()
+        .join(",");
+    std::fs::write(root.join("urls"), &urls)?;
+    println!("{urls}");
     eprintln!("xtask: development Galera cluster started; stop it with `cargo xtask galera stop`");
     Ok(())
 }

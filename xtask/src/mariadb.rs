@@ -107,13 +107,21 @@ impl MariaDb {
              GRANT ALL PRIVILEGES ON *.* TO '{USER}'@'127.0.0.1' WITH GRANT OPTION;"
         ))
         .context("creating the test account")?;
-        std::fs::write(server.root.join("url"), &server.url)?;
+        // The database a URL from `cargo xtask mariadb url` names (tests create their own).
+        sql(&format!("CREATE DATABASE IF NOT EXISTS {DEV_DATABASE}"))
+            .context("creating the development database")?;
+        std::fs::write(server.root.join("url"), server.url_of(DEV_DATABASE))?;
         Ok(server)
     }
 
     /// `mysql://user:password@127.0.0.1:PORT` (no database: tests create their own).
     pub(crate) fn url(&self) -> &str {
         &self.url
+    }
+
+    /// The server's URL for `database`, as an application is given it.
+    fn url_of(&self, database: &str) -> String {
+        format!("{}/{database}", self.url)
     }
 
     fn stop(&mut self) {
@@ -162,6 +170,10 @@ fn redact(url: &str) -> String {
 
 // --- the development server -------------------------------------------------------------------
 
+/// The database the development servers' URLs name (`cargo xtask mariadb url`, `galera urls`), so
+/// that the URL is one an application can use as it is: the demo's `--database-url`, say.
+pub(crate) const DEV_DATABASE: &str = "ledger";
+
 fn dev_root() -> PathBuf {
     std::env::temp_dir().join("grpc-safe-retries-dev-mariadb")
 }
@@ -175,7 +187,7 @@ pub(crate) fn dev_start() -> Result<()> {
     let mut server = MariaDb::start(root, false)?;
     // Outlives this command: the process is not waited for, and `stop` ends it by its pid file.
     drop(server.child.take());
-    println!("{}", server.url());
+    println!("{}", server.url_of(DEV_DATABASE));
     eprintln!("xtask: development MariaDB started; stop it with `cargo xtask mariadb stop`");
     Ok(())
 }

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use grpc_ledger_payments::{Faults, PaymentsService, Store, open_store, serve, service};
 use grpc_operation_ledger_seaorm::{LedgerConfig, SeaOrmUnitsOfWork};
-use grpc_tonic::GuardMode;
+use grpc_tonic::{GuardMode, RetentionConfig};
 use sea_orm::DatabaseConnection;
 
 pub use client::{ClientOptions, ClientRetries, run_client};
@@ -189,6 +189,13 @@ pub async fn faulty_service(
     Ok((db, config, service, fault_layer))
 }
 
+/// How long the demo server keeps a finished operation, and how often it purges older ones: a day,
+/// every minute (`--retention-secs`, `--retention-interval-secs`). A client must not resend a key
+/// later than this: past it the key is forgotten and a resend is a new payment.
+pub fn demo_retention() -> RetentionConfig {
+    RetentionConfig::new(Duration::from_secs(24 * 60 * 60)).with_interval(Duration::from_secs(60))
+}
+
 /// [`run_demo`] with the guard in `mode`.
 pub async fn run_demo_in(
     mode: GuardMode,
@@ -203,13 +210,20 @@ pub async fn run_demo_in(
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let (stop_retention, retention_stopped) = tokio::sync::oneshot::channel::<()>();
+    // Beside the server, as a deployment runs it (the run is far shorter than the window).
+    let retention = service.retention_worker(demo_retention()).spawn(async {
+        let _ = retention_stopped.await;
+    });
     let server = tokio::spawn(serve(listener, service, async {
         let _ = stopped.await;
     }));
     let units = SeaOrmUnitsOfWork::new(db.clone(), &config);
     let report = run_client(addr, client, &units).await;
     let _ = stop.send(());
+    let _ = stop_retention.send(());
     server.await??;
+    retention.await?;
     let mut report = report?;
     report.dropped_responses = fault_layer.dropped.load(Ordering::Relaxed);
     report.delayed_responses = fault_layer.delayed.load(Ordering::Relaxed);

@@ -9,7 +9,7 @@ use grpc_ledger_demo::{
 };
 use grpc_ledger_payments::{Store, open_store, serve};
 use grpc_operation_ledger_seaorm::{Pooler, SeaOrmUnitsOfWork};
-use grpc_tonic::GuardMode;
+use grpc_tonic::{GuardMode, RetentionConfig};
 
 /// Runs the payments service on a loopback port and a client that loses responses on purpose,
 /// then reconciles the payments table against what the client was told.
@@ -36,8 +36,8 @@ struct Args {
     #[arg(long, default_value_t = 20)]
     changed_body_every: u64,
     /// A database server instead of the embedded SQLite file: PostgreSQL (`postgres://`, e.g.
-    /// from `cargo xtask pg url`) or MariaDB/MySQL (`mysql://`, `cargo xtask mariadb url` plus a
-    /// database name).
+    /// from `cargo xtask pg url`) or MariaDB (`mysql://` or `mariadb://` with a database name,
+    /// e.g. from `cargo xtask mariadb url`).
     #[arg(long)]
     database_url: Option<String>,
     /// The PostgreSQL at `--database-url` is reached through a pooler in transaction pooling
@@ -67,6 +67,13 @@ struct Args {
     /// Names this run's keys and accounts (default: from the clock).
     #[arg(long)]
     run_id: Option<String>,
+    /// How long the server keeps a finished operation's record, in seconds: a resend under its
+    /// key within this window is answered from the record; later, it is a new payment.
+    #[arg(long, default_value_t = 24 * 60 * 60)]
+    retention_secs: u64,
+    /// Seconds between the retention worker's passes (each jittered by up to a fifth).
+    #[arg(long, default_value_t = 60)]
+    retention_interval_secs: u64,
 }
 
 /// The client's retry owner on the command line.
@@ -139,9 +146,13 @@ async fn main() -> ExitCode {
     };
     eprintln!("store: {store}");
     let outcome = match (args.serve, args.connect) {
-        (Some(addr), _) => serve_only(&store, args.mode.into(), faults, addr, &run_id)
-            .await
-            .map(|()| None),
+        (Some(addr), _) => {
+            let retention = RetentionConfig::new(Duration::from_secs(args.retention_secs))
+                .with_interval(Duration::from_secs(args.retention_interval_secs.max(1)));
+            serve_only(&store, args.mode.into(), faults, retention, addr, &run_id)
+                .await
+                .map(|()| None)
+        }
         (None, Some(addr)) => connect_only(&store, addr, &client).await.map(Some),
         (None, None) => run_demo_in(args.mode.into(), &store, faults, &client)
             .await
@@ -174,6 +185,7 @@ async fn serve_only(
     store: &Store,
     mode: GuardMode,
     faults: FaultOptions,
+    retention: RetentionConfig,
     addr: std::net::SocketAddr,
     run_id: &str,
 ) -> anyhow::Result<()> {
@@ -184,10 +196,18 @@ async fn serve_only(
         faulty_service(store, mode, faults, u64::from(process), &prefix).await?;
     let listener = tokio::net::TcpListener::bind(addr).await?;
     println!("listening on {}", listener.local_addr()?);
-    serve(listener, service, async {
+    let (stop_retention, retention_stopped) = tokio::sync::oneshot::channel::<()>();
+    let retention = service.retention_worker(retention).spawn(async {
+        let _ = retention_stopped.await;
+    });
+    let served = serve(listener, service, async {
         let _ = tokio::signal::ctrl_c().await;
     })
-    .await
+    .await;
+    // The server has stopped taking calls: let the worker end its batch, then stop.
+    let _ = stop_retention.send(());
+    retention.await?;
+    served
 }
 
 /// Runs the client against a server elsewhere and reconciles from the same database.

@@ -8,7 +8,10 @@ use std::time::Duration;
 use grpc_core_api::{GrpcMethod, LedgerUnitsOfWork, OutcomeReference};
 use grpc_operation_ledger_seaorm::SeaOrmUnitsOfWork;
 use grpc_policy::{RandomSource, SplitMix64};
-use grpc_tonic::{AuthenticatedPrincipal, Committed, HandlerError, KeyedMutationGuard, Resolved};
+use grpc_tonic::{
+    AuthenticatedPrincipal, Committed, HandlerError, KeyedMutationGuard, Resolved, RetentionConfig,
+    RetentionWorker,
+};
 use sea_orm::{ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbErr, Statement};
 use tonic::{Request, Response, Status};
 
@@ -128,6 +131,12 @@ impl PaymentsService {
             next_id: AtomicU64::new(1),
             id_prefix: id_prefix.to_owned(),
         }
+    }
+
+    /// A retention worker on the service's store (see [`RetentionWorker`]): spawn it beside the
+    /// server.
+    pub fn retention_worker(&self, config: RetentionConfig) -> RetentionWorker<SeaOrmUnitsOfWork> {
+        self.guard.retention_worker(config)
     }
 }
 

@@ -152,6 +152,16 @@ pub async fn connect_mysql(url: &str, config: &LedgerConfig) -> Result<DatabaseC
         Some(rest) => format!("mysql://{rest}"),
         None => url.to_owned(),
     };
+    if names_no_database(&url) {
+        // Said before connecting: the server's own answer, once a statement runs, is the bare
+        // "1046 (3D000): No database selected".
+        return Err(DbErr::Custom(
+            "the MariaDB URL names no database: add one after the port, as in \
+             mysql://user:password@host:3306/ledger (the database must exist; \
+             `cargo xtask mariadb url` prints one that does)"
+                .to_owned(),
+        ));
+    }
     let mut options = ConnectOptions::new(url);
     pool_options(&mut options, config);
     Database::connect(options).await
@@ -209,6 +219,11 @@ pub async fn connect_server(
     Ok((db, kind))
 }
 
+/// Whether a server URL has no database in its path (`mysql://h:3306` or `mysql://h:3306/`).
+fn names_no_database(url: &str) -> bool {
+    url::Url::parse(url).is_ok_and(|url| url.path().trim_matches('/').is_empty())
+}
+
 fn pool_options(options: &mut ConnectOptions, config: &LedgerConfig) {
     options
         .max_connections(config.max_connections)
@@ -234,6 +249,26 @@ pub fn database_url(server_url: &str, database: &str) -> Result<String, DbErr> {
 #[cfg(test)]
 mod tests {
     use super::{ServerKind, database_url};
+
+    #[tokio::test]
+    async fn a_mariadb_url_without_a_database_is_refused_with_what_to_add() {
+        for url in [
+            "mysql://u:secret@127.0.0.1:9",
+            "mariadb://u:secret@127.0.0.1:9/",
+        ] {
+            let refused = super::connect_mysql(url, &super::LedgerConfig::default())
+                .await
+                .expect_err(url)
+                .to_string();
+            assert!(refused.contains("names no database"), "{refused}");
+            assert!(
+                refused.contains("mysql://user:password@host:3306/ledger"),
+                "{refused}"
+            );
+            assert!(!refused.contains("secret"), "{refused}");
+        }
+        assert!(!super::names_no_database("mysql://u:p@127.0.0.1:9/ledger"));
+    }
 
     #[test]
     fn a_urls_scheme_names_its_server_and_nothing_else_is_guessed() {

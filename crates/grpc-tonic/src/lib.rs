@@ -12,13 +12,15 @@
 //!
 //! Modules: `client/` (the executor, the RetryLayer, and what both share: one call's attempts,
 //! transport evidence, the commit observer, their stats), `server/` (the guard, the caller it
-//! derives, the method layer), and two that both sides use and that use neither: `key_header`
-//! (the key's metadata name, configurable on both sides) and `metrics`. Nothing in `client/`
+//! derives, the method layer, the retention worker), and three that both sides use and that use
+//! neither: `key_header` (the key's metadata name, configurable on both sides), `metrics` and
+//! `random` (jitter). Nothing in `client/`
 //! imports `server/` or the other way round.
 
 mod client;
 mod key_header;
 mod metrics;
+mod random;
 mod server;
 
 pub use client::{
@@ -29,7 +31,8 @@ pub use client::{
 pub use server::{
     AuthenticatedPrincipal, AuthenticatedPrincipalExtractor, CallerExtractor,
     ClientAssertedHeaderExtractor, Committed, GuardConfig, GuardMode, HandlerError,
-    KeyedMutationGuard, MethodFromPath, MethodFromPathLayer, Resolved,
+    KeyedMutationGuard, MethodFromPath, MethodFromPathLayer, Resolved, RetentionConfig,
+    RetentionPass, RetentionStats, RetentionWorker,
 };
 
 pub use key_header::{IDEMPOTENCY_KEY_HEADER, InvalidKeyHeader};

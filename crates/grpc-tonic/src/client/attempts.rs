@@ -5,7 +5,7 @@
 
 use std::sync::Mutex;
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use grpc_core_api::LedgerDurability;
 use grpc_policy::{
@@ -25,17 +25,6 @@ const MAX_UNSENT_RESENDS: u32 = 5;
 /// The pause before resending an attempt that never left the process (its connection is being
 /// replaced).
 const UNSENT_RESEND_DELAY: Duration = Duration::from_millis(10);
-
-/// A source for backoff jitter, seeded from the clock and the process so that clients started
-/// together do not retry in step.
-pub(crate) fn jitter_source() -> SplitMix64 {
-    let seed = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or(0x5eed)
-        ^ u64::from(std::process::id()).rotate_left(32);
-    SplitMix64::from_seed(seed)
-}
 
 /// The deadline of a call starting now: the earlier of the caller's and the config's `timeout`.
 pub(crate) fn call_deadline(

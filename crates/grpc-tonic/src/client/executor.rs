@@ -14,11 +14,12 @@ use grpc_policy::{
 use tonic::metadata::{AsciiMetadataKey, AsciiMetadataValue, MetadataValue};
 use tonic::{Code, Request, Response, Status};
 
-use super::attempts::{CallContext, CallRun, Next, call_deadline, jitter_source};
+use super::attempts::{CallContext, CallRun, Next, call_deadline};
 use super::commit::AttemptProgress;
 use super::stats::ExecutorStats;
 use super::transport::{TransportFailure, classify};
 use crate::key_header::{IDEMPOTENCY_KEY_HEADER, InvalidKeyHeader, key_header};
+use crate::random::jitter_source;
 
 /// What became of an operation whose outcome was unknown, as the user's resolver found out.
 ///

@@ -1,9 +1,10 @@
-//! The server side: the keyed mutation guard, the caller it derives, and the layer that puts the
-//! called method where the guard reads it.
+//! The server side: the keyed mutation guard, the caller it derives, the layer that puts the
+//! called method where the guard reads it, and the retention worker that runs beside the guard.
 
 mod caller;
 mod guard;
 mod method_layer;
+mod retention;
 
 pub use caller::{
     AuthenticatedPrincipal, AuthenticatedPrincipalExtractor, CallerExtractor,
@@ -11,3 +12,4 @@ pub use caller::{
 };
 pub use guard::{Committed, GuardConfig, GuardMode, HandlerError, KeyedMutationGuard, Resolved};
 pub use method_layer::{MethodFromPath, MethodFromPathLayer};
+pub use retention::{RetentionConfig, RetentionPass, RetentionStats, RetentionWorker};

@@ -11,10 +11,10 @@ use tonic::metadata::AsciiMetadataKey;
 
 use super::RetryLayer;
 use super::service::Shared;
-use crate::client::attempts::jitter_source;
 use crate::client::stats::ExecutorStats;
 use crate::key_header::{IDEMPOTENCY_KEY_HEADER, InvalidKeyHeader, key_header};
 use crate::metrics::ClientMetrics;
+use crate::random::jitter_source;
 
 /// How much of one call's request body is kept to send again, unless set otherwise: 256 KiB, as
 /// gRPC C-core's per-call retry buffer. A call whose body passes it is committed (A6).

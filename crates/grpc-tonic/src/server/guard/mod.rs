@@ -28,6 +28,7 @@ use tonic::{Extensions, Request, Response, Status};
 
 use self::unit::to_the_end;
 use super::caller::{AuthenticatedPrincipalExtractor, CallerExtractor};
+use super::retention::{RetentionConfig, RetentionWorker};
 use crate::metrics::{LedgerAnswer, ServerMetrics};
 
 /// Runs keyed mutations exactly once, inside units of work of the ledger's store.
@@ -83,6 +84,12 @@ where
     pub fn with_caller_extractor(mut self, callers: impl CallerExtractor + 'static) -> Self {
         self.callers = Arc::new(callers);
         self
+    }
+
+    /// A retention worker on this guard's store: it deletes finished operations past
+    /// `config.retention`; start it with [`RetentionWorker::spawn`] beside the server.
+    pub fn retention_worker(&self, config: RetentionConfig) -> RetentionWorker<U> {
+        RetentionWorker::new(Arc::clone(&self.units), config)
     }
 
     /// The units of work, for handlers that need the store outside a guarded call.

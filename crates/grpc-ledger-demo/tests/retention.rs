@@ -1,0 +1,136 @@
+//! The demo server's retention worker on real stores: after a run with lost responses, a pass
+//! past the retention window shrinks the ledger to its operations still in progress, and the
+//! payments (the business rows) stay.
+
+use std::num::NonZeroU32;
+use std::sync::Arc;
+use std::time::Duration;
+
+use grpc_ledger_demo::{ClientOptions, ClientRetries, FaultOptions, run_demo};
+use grpc_ledger_payments::{Faults, Store, open_store, service};
+use grpc_operation_ledger_seaorm::{Pooler, database_url};
+use grpc_tonic::{GuardMode, RetentionConfig};
+use sea_orm::{ConnectionTrait, Database, DatabaseConnection};
+
+fn client(run_id: &str) -> ClientOptions {
+    ClientOptions {
+        payments: 200,
+        concurrency: 8,
+        deadline: Duration::from_secs(3),
+        changed_body_every: 0,
+        run_id: run_id.to_owned(),
+        progress: false,
+        retries: ClientRetries::Application,
+    }
+}
+
+async fn count(db: &DatabaseConnection, sql: &str) -> i64 {
+    let row = db
+        .query_one_raw(sea_orm::Statement::from_string(
+            db.get_database_backend(),
+            sql,
+        ))
+        .await
+        .unwrap()
+        .expect("a count");
+    row.try_get_by_index::<i64>(0).unwrap()
+}
+
+/// Runs the demo on `store`, then one retention pass with a 1 ms window in batches of 64.
+async fn run_then_purge(store: &Store, run_id: &str) {
+    let report = run_demo(
+        store,
+        FaultOptions {
+            drop_rate: 0.3,
+            delay_rate: 0.0,
+        },
+        &client(run_id),
+    )
+    .await
+    .unwrap();
+    assert!(report.reconciled(), "{report}");
+    let (db, config) = open_store(store).await.unwrap();
+    let ledger_rows = "SELECT COUNT(*) FROM grpc_operation_ledger";
+    let in_progress = "SELECT COUNT(*) FROM grpc_operation_ledger WHERE state = 'IN_PROGRESS'";
+    let payments = "SELECT COUNT(*) FROM demo_payments";
+    let (before, stuck, paid) = (
+        count(&db, ledger_rows).await,
+        count(&db, in_progress).await,
+        count(&db, payments).await,
+    );
+    assert!(
+        before >= report.acknowledged as i64,
+        "{before} rows for {report}"
+    );
+    let faults = Arc::new(Faults::new(0.0, 0.0, Duration::ZERO, 1));
+    let service = service(&db, &config, GuardMode::ClaimFirst, faults, "purge").unwrap();
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    let worker = service.retention_worker(
+        RetentionConfig::new(Duration::from_millis(1)).with_batch(NonZeroU32::new(64).unwrap()),
+    );
+    let pass = worker.run_once().await.unwrap();
+    assert_eq!(
+        pass.purged as i64,
+        before - stuck,
+        "every finished operation, in batches of 64"
+    );
+    assert!(!pass.backlogged);
+    assert_eq!(
+        count(&db, ledger_rows).await,
+        stuck,
+        "only operations in progress are left"
+    );
+    assert_eq!(
+        count(&db, payments).await,
+        paid,
+        "retention never touches the business rows"
+    );
+    db.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_pass_past_the_window_shrinks_the_sqlite_ledger_to_what_is_in_progress() {
+    let file = std::env::temp_dir().join(format!("demo-retention-{}.sqlite", std::process::id()));
+    run_then_purge(&Store::Sqlite(file.clone()), "retention-sqlite").await;
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", file.display()));
+    }
+}
+
+/// A database of its own on the server at `variable` (the pass purges every finished operation
+/// in it): runs the demo there, then the pass, then drops it.
+async fn on_a_fresh_database(variable: &str, drop_suffix: &str, run_id: &str) {
+    let url = std::env::var(variable)
+        .ok()
+        .filter(|url| !url.is_empty())
+        .unwrap_or_else(|| panic!("{variable} is not set: run `cargo xtask test`"));
+    let name = format!("demo_retention_{}", std::process::id());
+    let admin = Database::connect(&url).await.unwrap();
+    admin
+        .execute_unprepared(&format!("DROP DATABASE IF EXISTS {name}"))
+        .await
+        .unwrap();
+    admin
+        .execute_unprepared(&format!("CREATE DATABASE {name}"))
+        .await
+        .unwrap();
+    let store = Store::Server {
+        url: database_url(&url, &name).unwrap(),
+        pooler: Pooler::None,
+    };
+    run_then_purge(&store, run_id).await;
+    admin
+        .execute_unprepared(&format!("DROP DATABASE {name}{drop_suffix}"))
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_pass_past_the_window_shrinks_the_postgres_ledger_to_what_is_in_progress() {
+    on_a_fresh_database("DATABASE_URL", " WITH (FORCE)", "retention-pg").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_pass_past_the_window_shrinks_the_mariadb_ledger_to_what_is_in_progress() {
+    on_a_fresh_database("MARIADB_URL", "", "retention-mariadb").await;
+}

@@ -1,0 +1,235 @@
+//! Retention that runs: a task beside the guard that deletes finished operations older than the
+//! retention window, in bounded batches, on the store's clock, until the server shuts down.
+
+use std::num::NonZeroU32;
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use grpc_core_api::{LedgerError, LedgerUnitsOfWork};
+use grpc_policy::{RandomSource, SplitMix64};
+
+use crate::random::jitter_source;
+
+/// How the ledger's retention runs.
+///
+/// `#[non_exhaustive]`: built with [`new`](Self::new) and the `with_` methods.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RetentionConfig {
+    /// How long a finished operation is kept after it completed: the window in which a resend
+    /// under its key is answered from the record. Past it, a resend runs as a new operation, so
+    /// the window must be longer than any client retries or resolves (publish it to clients).
+    pub retention: Duration,
+    /// The time between passes; each pass waits this, give or take a fifth at random, so that
+    /// replicas started together do not purge in step.
+    pub interval: Duration,
+    /// The most rows one statement deletes: each batch is a short unit of work of its own, so
+    /// that a purge never holds many row locks, or a long transaction, beside live claims.
+    pub batch: NonZeroU32,
+    /// The most batches in one pass: a backlog is worked off over several passes rather than in
+    /// one long burst.
+    pub max_batches: u32,
+}
+
+impl RetentionConfig {
+    /// Keep finished operations for `retention`; a pass every minute, 1000 rows a batch, at most
+    /// 100 batches a pass.
+    pub fn new(retention: Duration) -> Self {
+        Self {
+            retention,
+            interval: Duration::from_secs(60),
+            batch: NonZeroU32::new(1000).expect("1000 is not zero"),
+            max_batches: 100,
+        }
+    }
+
+    /// The time between passes (jittered by up to a fifth either way).
+    pub fn with_interval(mut self, interval: Duration) -> Self {
+        self.interval = interval;
+        self
+    }
+
+    /// The most rows one batch deletes.
+    pub fn with_batch(mut self, batch: NonZeroU32) -> Self {
+        self.batch = batch;
+        self
+    }
+
+    /// The most batches in one pass (at least one).
+    pub fn with_max_batches(mut self, batches: u32) -> Self {
+        self.max_batches = batches.max(1);
+        self
+    }
+}
+
+/// What the retention worker has done, readable by anyone holding it (a health endpoint, a
+/// gauge), written only by the worker.
+#[derive(Debug, Default)]
+pub struct RetentionStats {
+    purged: AtomicU64,
+    passes: AtomicU64,
+    failed_passes: AtomicU64,
+    backlogged_passes: AtomicU64,
+}
+
+impl RetentionStats {
+    /// Rows deleted, over every pass.
+    pub fn purged(&self) -> u64 {
+        self.purged.load(Ordering::Relaxed)
+    }
+
+    /// Passes that ended, however they ended.
+    pub fn passes(&self) -> u64 {
+        self.passes.load(Ordering::Relaxed)
+    }
+
+    /// Passes the store refused (the next pass tries again).
+    pub fn failed_passes(&self) -> u64 {
+        self.failed_passes.load(Ordering::Relaxed)
+    }
+
+    /// Passes that stopped at `max_batches` with rows left to purge: retention is lagging (a
+    /// larger batch, more batches or a shorter interval would catch up).
+    pub fn backlogged_passes(&self) -> u64 {
+        self.backlogged_passes.load(Ordering::Relaxed)
+    }
+}
+
+/// How one pass ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetentionPass {
+    /// Rows deleted.
+    pub purged: u64,
+    /// Whether the pass stopped at `max_batches` with rows possibly left.
+    pub backlogged: bool,
+}
+
+/// Deletes the ledger's finished operations past their retention, beside a guard on the same
+/// store ([`KeyedMutationGuard::retention_worker`](crate::KeyedMutationGuard::retention_worker)).
+///
+/// Safe to run on every replica at once: each batch is one conditional delete of finished rows
+/// (never an operation in progress, whatever its age) in a unit of work of its own, bounded like
+/// a claim by the store's lock wait, so workers racing on the same rows delete each once and a
+/// worker that waits too long fails its pass and tries again at the next. The age is judged by
+/// the store's clock, so replicas with skewed clocks agree.
+pub struct RetentionWorker<U> {
+    units: Arc<U>,
+    config: RetentionConfig,
+    stats: Arc<RetentionStats>,
+    random: Mutex<SplitMix64>,
+}
+
+impl<U> RetentionWorker<U>
+where
+    U: LedgerUnitsOfWork + 'static,
+{
+    pub(crate) fn new(units: Arc<U>, config: RetentionConfig) -> Self {
+        Self {
+            units,
+            config,
+            stats: Arc::new(RetentionStats::default()),
+            random: Mutex::new(jitter_source()),
+        }
+    }
+
+    /// The worker's counters, to read while it runs.
+    pub fn stats(&self) -> Arc<RetentionStats> {
+        Arc::clone(&self.stats)
+    }
+
+    /// One pass: batches until one comes back short of `batch` rows, or `max_batches` ran.
+    pub async fn run_once(&self) -> Result<RetentionPass, LedgerError> {
+        let mut pass = RetentionPass {
+            purged: 0,
+            backlogged: false,
+        };
+        let outcome = async {
+            for batch in 1..=self.config.max_batches {
+                let deleted = self.purge_batch().await?;
+                pass.purged += deleted;
+                if deleted < u64::from(self.config.batch.get()) {
+                    return Ok(());
+                }
+                pass.backlogged = batch == self.config.max_batches;
+            }
+            Ok(())
+        }
+        .await;
+        self.stats.passes.fetch_add(1, Ordering::Relaxed);
+        self.stats.purged.fetch_add(pass.purged, Ordering::Relaxed);
+        match outcome {
+            Ok(()) => {
+                if pass.backlogged {
+                    self.stats.backlogged_passes.fetch_add(1, Ordering::Relaxed);
+                }
+                Ok(pass)
+            }
+            Err(error) => {
+                self.stats.failed_passes.fetch_add(1, Ordering::Relaxed);
+                Err(error)
+            }
+        }
+    }
+
+    /// One batch in a unit of work of its own.
+    async fn purge_batch(&self) -> Result<u64, LedgerError> {
+        let transaction = self.units.begin().await?;
+        let deleted = self
+            .units
+            .ledger(&transaction)
+            .purge(self.config.retention, self.config.batch)
+            .await;
+        match deleted {
+            Ok(deleted) => {
+                self.units.commit(transaction).await?;
+                Ok(deleted)
+            }
+            Err(error) => {
+                if let Err(rollback) = self.units.rollback(transaction).await {
+                    tracing::warn!(error = %rollback, "rolling back a purge batch failed");
+                }
+                Err(error)
+            }
+        }
+    }
+
+    /// The wait before the next pass: `interval`, give or take a fifth.
+    fn next_wait(&self) -> Duration {
+        let unit = {
+            let mut random = self.random.lock().unwrap_or_else(|p| p.into_inner());
+            random.next_unit()
+        };
+        self.config.interval.mul_f64(0.8 + 0.4 * unit)
+    }
+
+    /// Runs a pass after each wait until `shutdown` completes, on a task of its own; the handle
+    /// ends when the worker has stopped (a pass under way when `shutdown` completes is let
+    /// finish its batch: a unit of work is never dropped in the middle).
+    pub fn spawn(
+        self,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> tokio::task::JoinHandle<()> {
+        tokio::spawn(async move {
+            tokio::pin!(shutdown);
+            loop {
+                tokio::select! {
+                    () = &mut shutdown => break,
+                    () = tokio::time::sleep(self.next_wait()) => {}
+                }
+                match self.run_once().await {
+                    Ok(pass) if pass.backlogged => tracing::warn!(
+                        purged = pass.purged,
+                        "retention pass stopped at its batch limit with rows left: retention is lagging"
+                    ),
+                    Ok(pass) => tracing::debug!(purged = pass.purged, "retention pass"),
+                    Err(error) => {
+                        tracing::warn!(%error, "retention pass failed; the next pass tries again")
+                    }
+                }
+            }
+            tracing::debug!("retention worker stopped");
+        })
+    }
+}
