@@ -54,6 +54,7 @@
 //! # Ok(()) }
 //! ```
 
+mod admin;
 mod connect;
 mod error;
 mod ledger;
@@ -61,6 +62,10 @@ mod migration;
 mod sql;
 mod units;
 
+pub use admin::{
+    KEY_HASH_PREFIX_LEN, LedgerStats, ListFilter, ListedOperation, find_listed, ledger_stats,
+    list_operations, state_named,
+};
 pub use connect::{
     LedgerConfig, Pooler, ServerKind, connect_mysql, connect_postgres, connect_server,
     database_url, open_sqlite,

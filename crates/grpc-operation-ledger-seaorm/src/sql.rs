@@ -156,6 +156,17 @@ const SQLITE_NOW: &str = "CAST(unixepoch('subsec') * 1000 AS INTEGER)";
 const MYSQL_NOW: &str =
     "(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)) DIV 1000)";
 
+/// The store's clock in UTC milliseconds, as an SQL expression of `backend`'s dialect (`None`
+/// for a store the ledger does not support).
+pub(crate) fn now_expression(backend: DbBackend) -> Option<&'static str> {
+    match backend {
+        DbBackend::Postgres => Some(POSTGRES_NOW),
+        DbBackend::Sqlite => Some(SQLITE_NOW),
+        DbBackend::MySql => Some(MYSQL_NOW),
+        _ => None,
+    }
+}
+
 /// One statement in a store's dialect.
 #[derive(Debug)]
 pub(crate) struct Stmt {

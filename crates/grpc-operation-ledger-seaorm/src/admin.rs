@@ -1,0 +1,301 @@
+//! What an operator reads from a ledger table without writing SQL: how many operations are in
+//! each state, how old the oldest in progress is, whose lease has run out, how much room the
+//! table takes, and which operations match a filter. Read-only; settling an operation (`fail`)
+//! and purging go through the port, fenced as every other write.
+//!
+//! Nothing here returns key material: a listed operation shows its key hash's first 12 hex
+//! digits, enough to tell rows apart and to name one to `fail`, never the key.
+
+use std::time::Duration;
+
+use grpc_core_api::{
+    CallerFingerprint, GrpcMethod, GrpcOperationIdentity, IdempotencyKeyHash, LedgerError,
+    OperationState,
+};
+use sea_orm::{ConnectionTrait, DbBackend, QueryResult, Statement, Value};
+
+use crate::error::store_error;
+use crate::sql::now_expression;
+
+/// How many hex digits of a key hash a listing shows.
+pub const KEY_HASH_PREFIX_LEN: usize = 12;
+
+/// A ledger table at a glance.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LedgerStats {
+    /// Operations claimed and not finished.
+    pub in_progress: u64,
+    /// Operations finished with an outcome.
+    pub committed: u64,
+    /// Operations finished with a recorded failure.
+    pub failed_terminal: u64,
+    /// Operations in progress whose lease has run out by the store's clock: their handler died or
+    /// hangs, and the next resend under their key takes them over.
+    pub expired_leases: u64,
+    /// The age of the oldest operation in progress, by the store's clock.
+    pub oldest_in_progress: Option<Duration>,
+    /// Bytes on disk: the table and its indexes (PostgreSQL, MariaDB), or the whole database file
+    /// (SQLite, which keeps no per-table figure without an extension).
+    pub storage_bytes: Option<u64>,
+}
+
+/// Which operations a listing shows.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ListFilter {
+    /// Only operations in this state.
+    pub state: Option<OperationState>,
+    /// Only operations of this method.
+    pub method: Option<GrpcMethod>,
+    /// Only operations claimed longer ago than this.
+    pub older_than: Option<Duration>,
+    /// Only operations in progress whose lease has run out.
+    pub expired_lease: bool,
+    /// At most this many, oldest first (0: 100).
+    pub limit: u32,
+}
+
+impl ListFilter {
+    /// Every operation, the 100 oldest.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Only operations in `state`.
+    pub fn with_state(mut self, state: OperationState) -> Self {
+        self.state = Some(state);
+        self
+    }
+
+    /// Only operations of `method`.
+    pub fn with_method(mut self, method: GrpcMethod) -> Self {
+        self.method = Some(method);
+        self
+    }
+
+    /// Only operations claimed more than `age` ago.
+    pub fn older_than(mut self, age: Duration) -> Self {
+        self.older_than = Some(age);
+        self
+    }
+
+    /// Only operations in progress whose lease has run out.
+    pub fn expired_lease(mut self) -> Self {
+        self.expired_lease = true;
+        self
+    }
+
+    /// At most `limit` operations.
+    pub fn with_limit(mut self, limit: u32) -> Self {
+        self.limit = limit;
+        self
+    }
+}
+
+/// One operation of a listing: everything but its key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ListedOperation {
+    /// The caller's fingerprint, as stored.
+    pub caller: CallerFingerprint,
+    /// The method.
+    pub method: GrpcMethod,
+    /// The first [`KEY_HASH_PREFIX_LEN`] hex digits of the key's hash.
+    pub key_hash_prefix: String,
+    /// The state.
+    pub state: OperationState,
+    /// The version a fenced write must name.
+    pub version: i64,
+    /// Time since the claim, by the store's clock.
+    pub age: Duration,
+    /// Time left on the lease (zero once it ran out, or the operation finished).
+    pub lease_left: Duration,
+}
+
+/// The counts, the oldest operation in progress and the size of the ledger table on `db`.
+pub async fn ledger_stats<C: ConnectionTrait>(db: &C) -> Result<LedgerStats, LedgerError> {
+    let backend = db.get_database_backend();
+    let now = supported(backend)?;
+    let sql = format!(
+        "SELECT \
+         COUNT(CASE WHEN state = 'IN_PROGRESS' THEN 1 END), \
+         COUNT(CASE WHEN state = 'COMMITTED' THEN 1 END), \
+         COUNT(CASE WHEN state = 'FAILED_TERMINAL' THEN 1 END), \
+         COUNT(CASE WHEN state = 'IN_PROGRESS' AND lease_expires_at <= {now} THEN 1 END), \
+         {now} - MIN(CASE WHEN state = 'IN_PROGRESS' THEN claimed_at END) \
+         FROM grpc_operation_ledger"
+    );
+    let row = one_row(db, Statement::from_string(backend, sql)).await?;
+    let count =
+        |i| -> Result<u64, LedgerError> { Ok(u64::try_from(get::<i64>(&row, i)?).unwrap_or(0)) };
+    let oldest = get::<Option<i64>>(&row, 4)?.map(millis);
+    let storage = match backend {
+        DbBackend::Postgres => "SELECT pg_total_relation_size('grpc_operation_ledger')::BIGINT",
+        DbBackend::MySql => {
+            "SELECT CAST(data_length + index_length AS SIGNED) FROM information_schema.tables \
+             WHERE table_schema = DATABASE() AND table_name = 'grpc_operation_ledger'"
+        }
+        _ => "SELECT page_count * page_size FROM pragma_page_count(), pragma_page_size()",
+    };
+    let size = one_row(db, Statement::from_string(backend, storage)).await?;
+    Ok(LedgerStats {
+        in_progress: count(0)?,
+        committed: count(1)?,
+        failed_terminal: count(2)?,
+        expired_leases: count(3)?,
+        oldest_in_progress: oldest,
+        storage_bytes: get::<Option<i64>>(&size, 0)?.and_then(|bytes| u64::try_from(bytes).ok()),
+    })
+}
+
+/// The operations `filter` selects, oldest first.
+pub async fn list_operations<C: ConnectionTrait>(
+    db: &C,
+    filter: &ListFilter,
+) -> Result<Vec<ListedOperation>, LedgerError> {
+    let backend = db.get_database_backend();
+    let now = supported(backend)?;
+    let mut conditions = Vec::new();
+    let mut values = Vec::new();
+    if let Some(state) = filter.state {
+        // A fixed word of the port's, never the operator's text.
+        conditions.push(format!("state = '{}'", state.as_str()));
+    }
+    if let Some(method) = &filter.method {
+        let placeholder = match backend {
+            DbBackend::Postgres => "$1",
+            DbBackend::Sqlite => "?1",
+            _ => "?",
+        };
+        conditions.push(format!("full_method_name = {placeholder}"));
+        values.push(Value::from(method.as_str().to_owned()));
+    }
+    if let Some(age) = filter.older_than {
+        conditions.push(format!("claimed_at < {now} - {}", age.as_millis()));
+    }
+    if filter.expired_lease {
+        conditions.push(format!(
+            "state = 'IN_PROGRESS' AND lease_expires_at <= {now}"
+        ));
+    }
+    let condition = if conditions.is_empty() {
+        String::new()
+    } else {
+        format!("WHERE {}", conditions.join(" AND "))
+    };
+    let limit = if filter.limit == 0 { 100 } else { filter.limit };
+    let sql = format!(
+        "SELECT caller_fingerprint, full_method_name, idempotency_key_hash, state, version, \
+         {now} - claimed_at, \
+         CASE WHEN state = 'IN_PROGRESS' AND lease_expires_at > {now} \
+              THEN lease_expires_at - {now} ELSE 0 END \
+         FROM grpc_operation_ledger {condition} ORDER BY claimed_at LIMIT {limit}"
+    );
+    let rows = db
+        .query_all_raw(Statement::from_sql_and_values(backend, sql, values))
+        .await
+        .map_err(store_error)?;
+    rows.iter().map(listed).collect()
+}
+
+/// The one operation a listing's row names: `caller`, `method` and a key hash starting with
+/// `key_hash_prefix` (at least [`KEY_HASH_PREFIX_LEN`] hex digits). `None` when no operation
+/// matches; an error when the prefix is too short or matches several.
+pub async fn find_listed<C: ConnectionTrait>(
+    db: &C,
+    caller: &CallerFingerprint,
+    method: &GrpcMethod,
+    key_hash_prefix: &str,
+) -> Result<Option<GrpcOperationIdentity>, LedgerError> {
+    let prefix = key_hash_prefix.to_ascii_lowercase();
+    if prefix.len() < KEY_HASH_PREFIX_LEN || !prefix.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(LedgerError::internal(
+            "a key hash prefix is at least 12 hex digits, as a listing shows it",
+        ));
+    }
+    let backend = db.get_database_backend();
+    supported(backend)?;
+    let (a, b) = match backend {
+        DbBackend::Postgres => ("$1", "$2"),
+        DbBackend::Sqlite => ("?1", "?2"),
+        _ => ("?", "?"),
+    };
+    // The prefix is hex digits only (checked above), so it can stand in the text of the LIKE.
+    let sql = format!(
+        "SELECT idempotency_key_hash FROM grpc_operation_ledger \
+         WHERE caller_fingerprint = {a} AND full_method_name = {b} \
+         AND idempotency_key_hash LIKE '{prefix}%' LIMIT 2"
+    );
+    let values = vec![
+        Value::from(caller.as_str().to_owned()),
+        Value::from(method.as_str().to_owned()),
+    ];
+    let rows = db
+        .query_all_raw(Statement::from_sql_and_values(backend, sql, values))
+        .await
+        .map_err(store_error)?;
+    match rows.as_slice() {
+        [] => Ok(None),
+        [row] => {
+            let hash = IdempotencyKeyHash::from_hex(&get::<String>(row, 0)?)
+                .map_err(|_| LedgerError::internal("a stored key hash is not 64 hex digits"))?;
+            Ok(Some(GrpcOperationIdentity::new(
+                caller.clone(),
+                method.clone(),
+                hash,
+            )))
+        }
+        _ => Err(LedgerError::internal(
+            "the key hash prefix matches several operations; give more of its digits",
+        )),
+    }
+}
+
+fn listed(row: &QueryResult) -> Result<ListedOperation, LedgerError> {
+    let stored = |what: &'static str| move |_| LedgerError::internal(what);
+    let key_hash: String = get(row, 2)?;
+    Ok(ListedOperation {
+        caller: CallerFingerprint::parse(&get::<String>(row, 0)?)
+            .map_err(stored("a stored caller is not valid"))?,
+        method: GrpcMethod::parse(&get::<String>(row, 1)?)
+            .map_err(stored("a stored method is not valid"))?,
+        key_hash_prefix: key_hash.chars().take(KEY_HASH_PREFIX_LEN).collect(),
+        state: state_named(&get::<String>(row, 3)?)
+            .ok_or_else(|| LedgerError::internal("a stored state is not valid"))?,
+        version: get(row, 4)?,
+        age: millis(get(row, 5)?),
+        lease_left: millis(get(row, 6)?),
+    })
+}
+
+/// The state stored (and shown) as `name`: `IN_PROGRESS`, `COMMITTED` or `FAILED_TERMINAL`.
+pub fn state_named(name: &str) -> Option<OperationState> {
+    OperationState::ALL
+        .into_iter()
+        .find(|state| state.as_str().eq_ignore_ascii_case(name))
+}
+
+fn supported(backend: DbBackend) -> Result<&'static str, LedgerError> {
+    now_expression(backend)
+        .ok_or_else(|| LedgerError::internal("the ledger runs on PostgreSQL, SQLite and MariaDB"))
+}
+
+fn millis(value: i64) -> Duration {
+    Duration::from_millis(u64::try_from(value).unwrap_or(0))
+}
+
+async fn one_row<C: ConnectionTrait>(
+    db: &C,
+    statement: Statement,
+) -> Result<QueryResult, LedgerError> {
+    db.query_one_raw(statement)
+        .await
+        .map_err(store_error)?
+        .ok_or_else(|| LedgerError::internal("an aggregate returned no row"))
+}
+
+fn get<T: sea_orm::TryGetable>(row: &QueryResult, index: usize) -> Result<T, LedgerError> {
+    row.try_get_by_index(index)
+        .map_err(|_| LedgerError::internal("a ledger row has a column of an unexpected type"))
+}
