@@ -74,6 +74,34 @@ struct Args {
     /// Seconds between the retention worker's passes (each jittered by up to a fifth).
     #[arg(long, default_value_t = 60)]
     retention_interval_secs: u64,
+    /// Log events as JSON lines (on stderr) instead of text. Which events: `RUST_LOG` (default
+    /// `warn`; `info` adds one line per replayed or refused call, with its method and caller).
+    #[arg(long)]
+    log_json: bool,
+}
+
+/// The transport crates, kept at `info` whatever `RUST_LOG` asks: at `debug` and `trace` they
+/// log frames and connection details that are no operator's business and that could carry
+/// metadata.
+const TRANSPORT_CAP: [&str; 4] = ["h2=info", "hyper=info", "hyper_util=info", "tower=info"];
+
+/// Installs the process's subscriber: `RUST_LOG` (default `warn`), text or JSON, on stderr so
+/// that the report on stdout stays clean.
+fn init_logging(json: bool) {
+    let mut filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    for directive in TRANSPORT_CAP {
+        filter = filter.add_directive(directive.parse().expect("a valid directive"));
+    }
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(true);
+    if json {
+        logs.json().init();
+    } else {
+        logs.init();
+    }
 }
 
 /// The client's retry owner on the command line.
@@ -111,6 +139,7 @@ impl From<Mode> for GuardMode {
 #[tokio::main]
 async fn main() -> ExitCode {
     let args = Args::parse();
+    init_logging(args.log_json);
     let run_id = args.run_id.clone().unwrap_or_else(|| {
         let millis = SystemTime::now()
             .duration_since(UNIX_EPOCH)

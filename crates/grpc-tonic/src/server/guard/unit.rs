@@ -6,8 +6,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use grpc_core_api::{
-    Completion, GrpcMethod, GrpcOperationIdentity, LedgerUnitsOfWork, OperationRecord,
-    OutcomeReference, REPLAYED_METADATA_KEY, RecordedFailure, RequestFingerprint, Version,
+    CallerFingerprint, Completion, GrpcMethod, GrpcOperationIdentity, LedgerUnitsOfWork,
+    OperationRecord, OutcomeReference, REPLAYED_METADATA_KEY, RecordedFailure, RequestFingerprint,
+    Version,
 };
 use prost::Message;
 use tonic::metadata::{MetadataMap, MetadataValue};
@@ -62,7 +63,11 @@ where
                     .replay_and_roll_back(method, transaction, *record, replay)
                     .await;
             }
-            Err(status) => return self.refused(method, transaction, status).await,
+            Err(status) => {
+                return self
+                    .refused(method, identity.caller(), transaction, status)
+                    .await;
+            }
         };
         tracing::debug!(method = %method, claimed = claimed.is_some(), "running the handler");
         let (completion, answer) = match handler(Arc::clone(&transaction), message).await {
@@ -99,11 +104,13 @@ where
     }
 
     /// The ledger's refusal before the handler (ABORTED: an operation in flight;
-    /// FAILED_PRECONDITION: a key reused for another request; or the store failing), counted,
-    /// with the unit rolled back.
+    /// FAILED_PRECONDITION: a key reused for another request; or the store failing), counted and
+    /// logged (the method, the caller's fingerprint, the code: never the key), with the unit
+    /// rolled back.
     async fn refused<R>(
         &self,
         method: &GrpcMethod,
+        caller: &CallerFingerprint,
         transaction: Arc<U::Transaction>,
         status: Status,
     ) -> Result<Response<R>, Status> {
@@ -112,7 +119,12 @@ where
             Code::FailedPrecondition => self.answered(method, LedgerAnswer::KeyReused),
             _ => {}
         }
-        tracing::debug!(method = %method, code = ?status.code(), "refused before the handler");
+        let code = status.code();
+        if matches!(code, Code::Unavailable | Code::Internal) {
+            tracing::warn!(method = %method, %caller, ?code, "the ledger's store failed before the handler");
+        } else {
+            tracing::info!(method = %method, %caller, ?code, "refused before the handler");
+        }
         self.roll_back(transaction).await;
         Err(status)
     }
@@ -130,7 +142,12 @@ where
         P: FnOnce(Arc<U::Transaction>, OutcomeReference) -> PF + Send,
         PF: Future<Output = Result<R, Status>> + Send,
     {
-        tracing::debug!(method = %method, state = %record.state(), "replaying a finished operation");
+        tracing::info!(
+            method = %method,
+            caller = %record.identity.caller(),
+            state = %record.state(),
+            "replaying a finished operation"
+        );
         self.answered(method, LedgerAnswer::Replay);
         let answer = match record.finished {
             Some((_, Completion::Committed(outcome))) => replay(Arc::clone(&transaction), outcome)
