@@ -54,6 +54,10 @@ pub fn ledger_migrations() -> Vec<Box<dyn MigrationTrait>> {
 /// On SQLite a start that finds the file busy past its busy timeout (several processes opening a
 /// new file at once, each setting WAL mode and migrating) tries again for up to
 /// 30 s: migrating is rare and worth waiting for, unlike a claim.
+///
+/// On PostgreSQL a migration applied to a ledger in use never holds claims up past their wait:
+/// it waits at most 200 ms for the table's lock, then steps aside and tries again (for up to
+/// 30 s), so a claim queued behind it waits at most that long.
 pub async fn migrate(db: &sea_orm::DatabaseConnection) -> Result<(), DbErr> {
     migrate_with(db, &crate::LedgerConfig::default()).await
 }
@@ -71,9 +75,37 @@ pub async fn migrate_with(
             Err(error) if sqlite_busy(&error) && started.elapsed() < MIGRATION_PATIENCE => {
                 tokio::time::sleep(std::time::Duration::from_millis(25)).await;
             }
+            // Behind a long unit of work: step out of the lock queue, let the claims queued
+            // behind the migration through, and ask again.
+            Err(error) if lock_timed_out(&error) && started.elapsed() < MIGRATION_PATIENCE => {
+                tokio::time::sleep(MIGRATION_LOCK_WAIT / 2).await;
+            }
             done => return done,
         }
     }
+}
+
+/// How long a PostgreSQL migration waits for any lock before it gives up and tries again.
+///
+/// A schema change needs the table's ACCESS EXCLUSIVE lock, which waits for every unit of work
+/// under way; while it waits, every claim that arrives queues behind it. Unbounded, one long
+/// unit would stop every claim on a live ledger for as long as it runs (each claim then fails
+/// at its own wait bound); bounded, claims wait at most this long behind the migration, well
+/// inside a claim's wait, and the migration retries until the table is free.
+pub(crate) const MIGRATION_LOCK_WAIT: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// Whether `error` is PostgreSQL's lock timeout (SQLSTATE 55P03).
+fn lock_timed_out(error: &DbErr) -> bool {
+    use sea_orm::{RuntimeErr, sqlx};
+    let (DbErr::Exec(RuntimeErr::SqlxError(e)) | DbErr::Query(RuntimeErr::SqlxError(e))) = error
+    else {
+        return false;
+    };
+    let sqlx::Error::Database(db) = e.as_ref() else {
+        return false;
+    };
+    db.try_downcast_ref::<sqlx::postgres::PgDatabaseError>()
+        .is_some_and(|pg| pg.code() == "55P03")
 }
 
 /// How long a SQLite start keeps trying while other processes hold the file.
@@ -106,7 +138,11 @@ async fn migrate_once(
         sqlite_transaction_mode: Some(SqliteTransactionMode::Immediate),
         ..TransactionOptions::default()
     };
-    let txn = crate::units::begin_unit(db, options, pooler, None).await?;
+    // On PostgreSQL every lock the migration takes (the advisory lock included) is waited for
+    // at most MIGRATION_LOCK_WAIT; SQLite bounds its BEGIN IMMEDIATE by the busy timeout.
+    let lock_wait =
+        (db.get_database_backend() == DbBackend::Postgres).then_some(MIGRATION_LOCK_WAIT);
+    let txn = crate::units::begin_unit(db, options, pooler, lock_wait).await?;
     match txn.get_database_backend() {
         DbBackend::Postgres => {
             txn.execute_unprepared(&format!(

@@ -191,3 +191,82 @@ on_both_stores!(
     check_constraints_refuse_bad_rows_written_by_raw_sql,
     a_database_from_the_first_migration_upgrades_in_place,
 );
+
+/// A migration applied to a PostgreSQL ledger in use, behind a unit of work that runs for
+/// seconds: the replicas still serving (the previous release, writing the previous schema's rows
+/// with the claim's 500 ms lock wait) keep having their claims answered while the migration
+/// waits for the table (it steps out of the lock queue at its own bound and asks again), and the
+/// migration applies once the long unit ends. Unbounded, the migration's wait for the table's
+/// lock would queue every later claim behind it until each failed at its own wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_migration_behind_a_long_unit_never_holds_claims_past_their_wait() {
+    use std::time::Duration;
+
+    use sea_orm::TransactionTrait;
+
+    let t = fresh(Store::Postgres).await;
+    LedgerMigrator::down(&t.db, None).await.expect("down");
+    LedgerMigrator::up(&t.db, Some(1))
+        .await
+        .expect("first migration only");
+    // A claim as the previous release writes it: a row of the first migration's columns, in a
+    // unit whose lock waits are bounded as the adapter bounds a claim's.
+    let claim_row = |key: &str| {
+        format!(
+            "INSERT INTO grpc_operation_ledger (caller_fingerprint, full_method_name, \
+             idempotency_key_hash, request_fingerprint, state, version, claimed_at, \
+             lease_expires_at) VALUES ('caller', '/pkg.Svc/Pay', '{key}', 'request', \
+             'IN_PROGRESS', 1, 0, 60000)"
+        )
+    };
+    let long = t.db.begin().await.unwrap();
+    long.execute_unprepared(&claim_row("held")).await.unwrap();
+
+    let db = t.db.clone();
+    let migration = tokio::spawn(async move { migrate(&db).await });
+    let claimers: Vec<_> = (0..4)
+        .map(|task| {
+            let db = t.db.clone();
+            let claim_row = claim_row.clone();
+            tokio::spawn(async move {
+                let mut answered = 0;
+                let started = std::time::Instant::now();
+                while started.elapsed() < Duration::from_millis(2500) {
+                    let unit = db.begin().await.expect("a unit begins");
+                    let claim = unit
+                        .execute_unprepared(&format!(
+                            "SET LOCAL lock_timeout = '500ms'; {}",
+                            claim_row(&format!("k-{task}-{answered}"))
+                        ))
+                        .await;
+                    assert!(
+                        claim.is_ok(),
+                        "claim {answered} of task {task} while the migration waits: {claim:?}"
+                    );
+                    unit.commit().await.expect("the claim commits");
+                    answered += 1;
+                }
+                answered
+            })
+        })
+        .collect();
+    let mut answered = 0;
+    for claimer in claimers {
+        answered += claimer.await.unwrap();
+    }
+    assert!(
+        answered > 4,
+        "claims went on while the migration waited ({answered})"
+    );
+    assert!(
+        !migration.is_finished(),
+        "the migration waits for the long unit"
+    );
+    long.commit().await.unwrap();
+    tokio::time::timeout(Duration::from_secs(30), migration)
+        .await
+        .expect("the migration applies once the long unit ends")
+        .unwrap()
+        .expect("the migration succeeds");
+    assert_eq!(applied_migrations(&t.db).await, ledger_migrations().len());
+}
