@@ -227,7 +227,6 @@ async fn a_migration_behind_a_long_unit_never_holds_claims_past_their_wait() {
     let claimers: Vec<_> = (0..4)
         .map(|task| {
             let db = t.db.clone();
-            let claim_row = claim_row.clone();
             tokio::spawn(async move {
                 let mut answered = 0;
                 let started = std::time::Instant::now();
