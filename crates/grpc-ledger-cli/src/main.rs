@@ -17,6 +17,16 @@ use crate::commands::{Cli, Failure};
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
+    // The store drivers' events (a lost connection, a slow statement) for an operator who asks
+    // with RUST_LOG; stdout stays the command's output. No event here carries a key: the CLI
+    // reads one only for `show`, and hashes it before any statement.
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
     match commands::run(cli).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(failure) => {

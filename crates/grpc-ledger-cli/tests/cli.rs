@@ -63,6 +63,8 @@ fn grpc_ledger(url: &str, args: &[&str], stdin: &str) -> Ran {
     let mut child = Command::new(env!("CARGO_BIN_EXE_grpc-ledger"))
         .args(args)
         .env("GRPC_LEDGER_URL", url)
+        // Every event of every crate: still no key and no secret in anything printed.
+        .env("RUST_LOG", "trace")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
