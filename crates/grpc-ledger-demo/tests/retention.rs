@@ -36,7 +36,7 @@ async fn count(db: &DatabaseConnection, sql: &str) -> i64 {
     row.try_get_by_index::<i64>(0).unwrap()
 }
 
-/// Runs the demo on `store`, then one retention pass with a 1 ms window in batches of 64.
+/// Runs the demo on `store`, then a retention pass with a 1 ms window on three workers at once.
 async fn run_then_purge(store: &Store, run_id: &str) {
     let report = run_demo(
         store,
@@ -65,16 +65,26 @@ async fn run_then_purge(store: &Store, run_id: &str) {
     let faults = Arc::new(Faults::new(0.0, 0.0, Duration::ZERO, 1));
     let service = service(&db, &config, GuardMode::ClaimFirst, faults, "purge").unwrap();
     tokio::time::sleep(Duration::from_millis(5)).await;
-    let worker = service.retention_worker(
-        RetentionConfig::new(Duration::from_millis(1)).with_batch(NonZeroU32::new(64).unwrap()),
-    );
-    let pass = worker.run_once().await.unwrap();
+    // Three replicas' workers at once: each finished operation deleted once, by one of them.
+    let config =
+        RetentionConfig::new(Duration::from_millis(1)).with_batch(NonZeroU32::new(16).unwrap());
+    let replicas: Vec<_> = (0..3)
+        .map(|_| {
+            let worker = service.retention_worker(config);
+            tokio::spawn(async move { worker.run_once().await.unwrap() })
+        })
+        .collect();
+    let mut purged = 0;
+    for replica in replicas {
+        let pass = replica.await.unwrap();
+        assert!(!pass.backlogged);
+        purged += pass.purged as i64;
+    }
     assert_eq!(
-        pass.purged as i64,
+        purged,
         before - stuck,
-        "every finished operation, in batches of 64"
+        "every finished operation, once, in batches of 16"
     );
-    assert!(!pass.backlogged);
     assert_eq!(
         count(&db, ledger_rows).await,
         stuck,
