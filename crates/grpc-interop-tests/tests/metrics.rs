@@ -254,3 +254,70 @@ async fn the_guard_records_the_ledgers_answers_and_claim_latency() {
     let (_, (claims, _)) = &points["grpc.server.ledger.claim_duration"][0];
     assert_eq!(*claims, 5, "every guarded call's claim was timed");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_retention_worker_records_rows_purged_and_how_each_pass_ended() {
+    use grpc_core_api::{
+        CallerFingerprint, ClaimOutcome, Completion, GrpcOperationIdentity, GrpcOperationLedger,
+        IdempotencyKey, LeaseDuration, RequestFingerprint,
+    };
+    use grpc_tonic::RetentionConfig;
+
+    let recorded = Recorded::new();
+    let store = InMemoryStore::new(Duration::from_millis(50));
+    for n in 0..5 {
+        let identity = GrpcOperationIdentity::new(
+            CallerFingerprint::from_principal(b"tenant"),
+            GrpcMethod::parse(METHOD).unwrap(),
+            KeyHasher::Sha256.hash(&IdempotencyKey::parse(&format!("k-{n}")).unwrap()),
+        );
+        let unit = store.begin_unit();
+        let ledger = unit.ledger();
+        let lease = LeaseDuration::new(Duration::from_secs(30)).unwrap();
+        let ClaimOutcome::Claimed { version, .. } = ledger
+            .claim(&identity, &RequestFingerprint::of(b"r"), lease)
+            .await
+            .unwrap()
+        else {
+            panic!("a fresh claim");
+        };
+        let done = Completion::Committed(OutcomeReference::parse("done").unwrap());
+        ledger
+            .mark_finished(&identity, version, &done)
+            .await
+            .unwrap();
+        unit.commit_unit();
+    }
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let config = GuardConfig::new(
+        KeyHasher::Sha256,
+        RequestSchema::from_file_descriptor_set(DESCRIPTOR_SET).unwrap(),
+    );
+    let worker = KeyedMutationGuard::new(store, config)
+        .retention_worker(
+            RetentionConfig::new(Duration::from_millis(10))
+                .with_batch(std::num::NonZeroU32::new(2).unwrap())
+                .with_max_batches(2),
+        )
+        .with_meter(&recorded.meter());
+    assert!(
+        worker.run_once().await.unwrap().backlogged,
+        "4 of 5, rows left"
+    );
+    assert!(!worker.run_once().await.unwrap().backlogged, "the last one");
+
+    let points = recorded.points();
+    let (_, (purged, _)) = &points["grpc.server.ledger.purged"][0];
+    assert_eq!(*purged, 5);
+    let passes: BTreeMap<String, u64> = points["grpc.server.ledger.retention.passes"]
+        .iter()
+        .map(|(labels, (value, _))| (labels.join(","), *value))
+        .collect();
+    assert_eq!(
+        passes,
+        BTreeMap::from([
+            ("grpc.ledger.retention.outcome=backlogged".to_owned(), 1),
+            ("grpc.ledger.retention.outcome=complete".to_owned(), 1),
+        ])
+    );
+}

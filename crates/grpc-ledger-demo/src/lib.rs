@@ -163,13 +163,15 @@ pub async fn run_demo(
 }
 
 /// The payments service on `store`, its guard in `mode`, with the demo's fault layer (seeded
-/// with `seed`) after each commit and payment ids under `id_prefix`: what both a whole run and
-/// `--serve` put behind their port. Also the connection and the ledger's configuration, for the
+/// with `seed`) after each commit, payment ids under `id_prefix`, and `retention`'s window told
+/// to clients in every ResolvePayment answer: what both a whole run and `--serve` put behind
+/// their port. Also the connection and the ledger's configuration, for the
 /// reconciliation, and the fault layer, for its counts.
 pub async fn faulty_service(
     store: &Store,
     mode: GuardMode,
     faults: FaultOptions,
+    retention: &RetentionConfig,
     seed: u64,
     id_prefix: &str,
 ) -> anyhow::Result<(
@@ -185,7 +187,8 @@ pub async fn faulty_service(
         INJECTED_DELAY,
         seed,
     ));
-    let service = service(&db, &config, mode, Arc::clone(&fault_layer), id_prefix)?;
+    let service = service(&db, &config, mode, Arc::clone(&fault_layer), id_prefix)?
+        .with_retention(retention.retention);
     Ok((db, config, service, fault_layer))
 }
 
@@ -205,14 +208,15 @@ pub async fn run_demo_in(
 ) -> anyhow::Result<DemoReport> {
     let seed = 0x5eed_u64 ^ client.run_id.len() as u64;
     let prefix = format!("pay-{}", client.run_id);
+    let retention = demo_retention();
     let (db, config, service, fault_layer) =
-        faulty_service(store, mode, faults, seed, &prefix).await?;
+        faulty_service(store, mode, faults, &retention, seed, &prefix).await?;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let (stop_retention, retention_stopped) = tokio::sync::oneshot::channel::<()>();
     // Beside the server, as a deployment runs it (the run is far shorter than the window).
-    let retention = service.retention_worker(demo_retention()).spawn(async {
+    let retention = service.retention_worker(retention).spawn(async {
         let _ = retention_stopped.await;
     });
     let server = tokio::spawn(serve(listener, service, async {

@@ -222,7 +222,7 @@ async fn serve_only(
     let process = std::process::id();
     let prefix = format!("pay-{run_id}-{process}");
     let (_db, _config, service, _faults) =
-        faulty_service(store, mode, faults, u64::from(process), &prefix).await?;
+        faulty_service(store, mode, faults, &retention, u64::from(process), &prefix).await?;
     let listener = tokio::net::TcpListener::bind(addr).await?;
     println!("listening on {}", listener.local_addr()?);
     let (stop_retention, retention_stopped) = tokio::sync::oneshot::channel::<()>();

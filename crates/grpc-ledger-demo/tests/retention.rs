@@ -144,3 +144,40 @@ async fn a_pass_past_the_window_shrinks_the_postgres_ledger_to_what_is_in_progre
 async fn a_pass_past_the_window_shrinks_the_mariadb_ledger_to_what_is_in_progress() {
     on_a_fresh_database("MARIADB_URL", "", "retention-mariadb").await;
 }
+
+/// A client can learn the window: every ResolvePayment answer states it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_resolve_rpc_states_the_retention_window() {
+    use grpc_ledger_payments::pb::ResolvePaymentRequest;
+    use grpc_ledger_payments::pb::payments_client::PaymentsClient;
+    use grpc_ledger_payments::{serve, with_token};
+    use grpc_tonic::IDEMPOTENCY_KEY_HEADER;
+
+    let file = std::env::temp_dir().join(format!("demo-window-{}.sqlite", std::process::id()));
+    let store = Store::Sqlite(file.clone());
+    let (db, config) = open_store(&store).await.unwrap();
+    let faults = Arc::new(Faults::new(0.0, 0.0, Duration::ZERO, 1));
+    let service = service(&db, &config, GuardMode::ClaimFirst, faults, "window")
+        .unwrap()
+        .with_retention(Duration::from_secs(3600));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = tokio::spawn(serve(listener, service, std::future::pending()));
+    let channel = tonic::transport::Channel::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut client = PaymentsClient::with_interceptor(channel, with_token);
+    let mut request = tonic::Request::new(ResolvePaymentRequest {});
+    request
+        .metadata_mut()
+        .insert(IDEMPOTENCY_KEY_HEADER, "never-sent".parse().unwrap());
+    let answer = client.resolve_payment(request).await.unwrap().into_inner();
+    assert_eq!(answer.retention_seconds, 3600, "{answer:?}");
+    server.abort();
+    db.close().await.unwrap();
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", file.display()));
+    }
+}

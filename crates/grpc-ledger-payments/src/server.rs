@@ -116,6 +116,7 @@ pub struct PaymentsService {
     faults: Arc<Faults>,
     next_id: AtomicU64,
     id_prefix: String,
+    retention: Option<Duration>,
 }
 
 impl PaymentsService {
@@ -130,7 +131,15 @@ impl PaymentsService {
             faults,
             next_id: AtomicU64::new(1),
             id_prefix: id_prefix.to_owned(),
+            retention: None,
         }
+    }
+
+    /// Tells clients, in every ResolvePayment answer, how long a finished payment's record is
+    /// kept (the retention worker's window).
+    pub fn with_retention(mut self, window: Duration) -> Self {
+        self.retention = Some(window);
+        self
     }
 
     /// A retention worker on the service's store (see [`RetentionWorker`]): spawn it beside the
@@ -232,7 +241,12 @@ impl Payments for PaymentsService {
                 request.extensions(),
             )
             .await?;
-        let mut answer = ResolvePaymentResponse::default();
+        let mut answer = ResolvePaymentResponse {
+            retention_seconds: self.retention.map_or(0, |window| {
+                i64::try_from(window.as_secs()).unwrap_or(i64::MAX)
+            }),
+            ..ResolvePaymentResponse::default()
+        };
         match resolved {
             Resolved::NotFound => answer.set_state(State::NotFound),
             Resolved::InProgress { retry_after } => {

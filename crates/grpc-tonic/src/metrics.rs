@@ -1,6 +1,6 @@
 //! Metrics through the OpenTelemetry metrics API (feature `opentelemetry`): gRFC A96's per-call
 //! retry metrics on the client, labelled as gRFC A66 defines `grpc.method` and `grpc.target`, and
-//! the ledger's side of the guard on the server. Without the feature these types record nothing
+//! the ledger's side of the guard and its retention worker on the server. Without the feature these types record nothing
 //! and cost nothing.
 
 use std::time::Duration;
@@ -26,6 +26,17 @@ pub(crate) enum LedgerAnswer {
     InFlight,
     /// FAILED_PRECONDITION: the key was used for a different request.
     KeyReused,
+}
+
+/// How a retention pass ended, as its metric labels it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PassEnd {
+    /// Every row past the window is gone.
+    Complete,
+    /// The pass stopped at its batch limit with rows left: retention lags.
+    Backlogged,
+    /// The store refused a batch.
+    Failed,
 }
 
 #[cfg(feature = "opentelemetry")]
@@ -154,7 +165,56 @@ mod otel {
 }
 
 #[cfg(feature = "opentelemetry")]
+mod retention_otel {
+    use opentelemetry::KeyValue;
+    use opentelemetry::metrics::{Counter, Meter};
+
+    use super::PassEnd;
+
+    /// The retention worker's instruments.
+    #[derive(Debug, Clone)]
+    pub(crate) struct RetentionMetrics {
+        purged: Counter<u64>,
+        passes: Counter<u64>,
+    }
+
+    impl RetentionMetrics {
+        pub(crate) fn new(meter: &Meter) -> Self {
+            Self {
+                purged: meter
+                    .u64_counter("grpc.server.ledger.purged")
+                    .with_unit("{operation}")
+                    .with_description(
+                        "Finished operations the retention worker deleted past the retention window.",
+                    )
+                    .build(),
+                passes: meter
+                    .u64_counter("grpc.server.ledger.retention.passes")
+                    .with_unit("{pass}")
+                    .with_description(
+                        "Retention passes, by how they ended (complete, backlogged: stopped at the batch limit with rows left, failed).",
+                    )
+                    .build(),
+            }
+        }
+
+        pub(crate) fn record(&self, purged: u64, end: PassEnd) {
+            self.purged.add(purged, &[]);
+            let end = match end {
+                PassEnd::Complete => "complete",
+                PassEnd::Backlogged => "backlogged",
+                PassEnd::Failed => "failed",
+            };
+            self.passes
+                .add(1, &[KeyValue::new("grpc.ledger.retention.outcome", end)]);
+        }
+    }
+}
+
+#[cfg(feature = "opentelemetry")]
 pub(crate) use otel::{ClientMetrics, ServerMetrics};
+#[cfg(feature = "opentelemetry")]
+pub(crate) use retention_otel::RetentionMetrics;
 
 #[cfg(not(feature = "opentelemetry"))]
 mod off {
@@ -176,7 +236,15 @@ mod off {
         pub(crate) fn answered(&self, _: &GrpcMethod, _: LedgerAnswer) {}
         pub(crate) fn claimed(&self, _: &GrpcMethod, _: Duration) {}
     }
+
+    /// Records nothing: the `opentelemetry` feature is off.
+    #[derive(Debug, Clone)]
+    pub(crate) struct RetentionMetrics;
+
+    impl RetentionMetrics {
+        pub(crate) fn record(&self, _: u64, _: PassEnd) {}
+    }
 }
 
 #[cfg(not(feature = "opentelemetry"))]
-pub(crate) use off::{ClientMetrics, ServerMetrics};
+pub(crate) use off::{ClientMetrics, RetentionMetrics, ServerMetrics};

@@ -10,6 +10,7 @@ use std::time::Duration;
 use grpc_core_api::{LedgerError, LedgerUnitsOfWork};
 use grpc_policy::{RandomSource, SplitMix64};
 
+use crate::metrics::{PassEnd, RetentionMetrics};
 use crate::random::jitter_source;
 
 /// How the ledger's retention runs.
@@ -119,6 +120,7 @@ pub struct RetentionWorker<U> {
     config: RetentionConfig,
     stats: Arc<RetentionStats>,
     random: Mutex<SplitMix64>,
+    metrics: Option<RetentionMetrics>,
 }
 
 impl<U> RetentionWorker<U>
@@ -131,7 +133,17 @@ where
             config,
             stats: Arc::new(RetentionStats::default()),
             random: Mutex::new(jitter_source()),
+            metrics: None,
         }
+    }
+
+    /// Records the worker's work with `meter`: `grpc.server.ledger.purged` (operations deleted)
+    /// and `grpc.server.ledger.retention.passes` by `grpc.ledger.retention.outcome` (`complete`,
+    /// `backlogged`: retention lags, `failed`).
+    #[cfg(feature = "opentelemetry")]
+    pub fn with_meter(mut self, meter: &opentelemetry::metrics::Meter) -> Self {
+        self.metrics = Some(RetentionMetrics::new(meter));
+        self
     }
 
     /// The worker's counters, to read while it runs.
@@ -159,6 +171,14 @@ where
         .await;
         self.stats.passes.fetch_add(1, Ordering::Relaxed);
         self.stats.purged.fetch_add(pass.purged, Ordering::Relaxed);
+        if let Some(metrics) = &self.metrics {
+            let end = match (&outcome, pass.backlogged) {
+                (Err(_), _) => PassEnd::Failed,
+                (Ok(()), true) => PassEnd::Backlogged,
+                (Ok(()), false) => PassEnd::Complete,
+            };
+            metrics.record(pass.purged, end);
+        }
         match outcome {
             Ok(()) => {
                 if pass.backlogged {
