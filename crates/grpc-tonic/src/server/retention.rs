@@ -225,8 +225,9 @@ where
     }
 
     /// Runs a pass after each wait until `shutdown` completes, on a task of its own; the handle
-    /// ends when the worker has stopped (a pass under way when `shutdown` completes is let
-    /// finish its batch: a unit of work is never dropped in the middle).
+    /// ends when the worker has stopped. A pass under way when `shutdown` completes runs to its
+    /// end (at most `max_batches` short units) before the worker stops: a unit of work is never
+    /// dropped in the middle of a statement.
     pub fn spawn(
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
