@@ -120,6 +120,8 @@ fn test() -> Result<()> {
     // demo run through it too.
     let transaction_pooler =
         pgbouncer::Bouncer::start(database.url(), pgbouncer::PoolMode::Transaction)?;
+    // And in session pooling: the demo runs behind both, with no flag telling it which.
+    let session_pooler = pgbouncer::Bouncer::start(database.url(), pgbouncer::PoolMode::Session)?;
     // Property tests draw from a fixed seed, so a case that fails in CI fails the same way on a
     // developer's machine; set PROPTEST_RNG_SEED to explore other inputs.
     let proptest_seed =
@@ -134,12 +136,13 @@ fn test() -> Result<()> {
             ("MARIADB_URL", mariadb.url()),
             ("GALERA_URLS", &galera_urls),
             ("PGBOUNCER_TRANSACTION_URL", transaction_pooler.url()),
+            ("PGBOUNCER_SESSION_URL", session_pooler.url()),
         ],
         &interrupted,
     );
     // The contract suite again, through PgBouncer, as production often reaches PostgreSQL.
     let pooled = outcome.and_then(|output| {
-        let pooled = through_pooler(database.url(), &interrupted)?;
+        let pooled = through_pooler(&session_pooler, &interrupted)?;
         Ok(output + &pooled)
     });
     // The transport-evidence pins against a tonic built as a client only: a build of its own,
@@ -175,6 +178,7 @@ fn test() -> Result<()> {
     });
     // The servers are stopped here, before the result is reported, whatever the tests did.
     drop(transaction_pooler);
+    drop(session_pooler);
     drop(database);
     drop(mariadb);
     drop(galera);
@@ -224,13 +228,12 @@ fn on_galera(interrupted: &std::sync::atomic::AtomicBool) -> Result<String> {
     .context("the contract suite on Galera")
 }
 
-/// Runs the ledger contract suite on PostgreSQL through a PgBouncer in session pooling (the
-/// workspace's run covers transaction pooling); returns the test output.
+/// Runs the ledger contract suite on PostgreSQL through `bouncer`, a PgBouncer in session pooling
+/// (the workspace's run covers transaction pooling); returns the test output.
 fn through_pooler(
-    database_url: &str,
+    bouncer: &pgbouncer::Bouncer,
     interrupted: &std::sync::atomic::AtomicBool,
 ) -> Result<String> {
-    let bouncer = pgbouncer::Bouncer::start(database_url, pgbouncer::PoolMode::Session)?;
     eprintln!("xtask: the ledger contract suite through PgBouncer (session pooling)");
     cmd::cargo_tee(
         &[

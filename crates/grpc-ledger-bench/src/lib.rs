@@ -8,6 +8,7 @@ pub use e2e::retry_layer_overhead;
 mod figures;
 mod mariadb;
 mod pgbench;
+mod pooler;
 
 pub use figures::{Figure, Plan, json, table};
 pub(crate) use figures::{compared, figure};
@@ -28,8 +29,8 @@ use grpc_core_api::{
     OutcomeReference, RecordOutcome, RequestFingerprint, Version,
 };
 use grpc_operation_ledger_seaorm::{
-    LedgerConfig, SeaOrmOperationLedger, SeaOrmUnitsOfWork, connect_mysql, connect_postgres,
-    database_url, in_dialect, open_sqlite, statements,
+    LedgerConfig, Pooler, SeaOrmOperationLedger, SeaOrmUnitsOfWork, connect_mysql,
+    connect_postgres, database_url, in_dialect, open_sqlite, statements,
 };
 use sea_orm::sqlx::{self, postgres::PgPoolOptions};
 use sea_orm::{
@@ -228,21 +229,17 @@ async fn count(db: &DatabaseConnection, sql: &str) -> Result<i64> {
 /// Runs every benchmark of `plan` against the PostgreSQL at `url` (a fresh database is created on
 /// it) and a SQLite file, printing what it runs.
 pub async fn run_all(url: &str, plan: &Plan) -> Result<Vec<Figure>> {
-    let name = format!("ledger_bench_{}", std::process::id());
-    let admin = Database::connect(url).await?;
-    admin
-        .execute_unprepared(&format!("DROP DATABASE IF EXISTS {name}"))
-        .await?;
-    admin
-        .execute_unprepared(&format!("CREATE DATABASE {name}"))
-        .await?;
-    let url = database_url(url, &name)?;
+    let bench_db = BenchDatabase::create(url).await?;
+    let url = bench_db.url.clone();
     let max_clients = plan.clients.iter().copied().max().unwrap_or(1) as u32;
-    let config = LedgerConfig::default().with_max_connections(max_clients + 2);
+    // Straight to PostgreSQL, statements cached: the store's own limit. What the pooler-safe
+    // default costs over it is measured on its own (`pooler::pooler_safe_cost`).
+    let config = LedgerConfig::default()
+        .with_max_connections(max_clients + 2)
+        .with_pooler(Pooler::None);
     let db = connect_postgres(&url, &config).await?;
     grpc_operation_ledger_seaorm::migrate(&db).await?;
-    db.execute_unprepared("CREATE TABLE bench_business (business_key VARCHAR(128) PRIMARY KEY, amount BIGINT NOT NULL)")
-        .await?;
+    db.execute_unprepared(BUSINESS_TABLE).await?;
     let pool = PgPoolOptions::new()
         .max_connections(max_clients + 2)
         .connect(&url)
@@ -255,6 +252,7 @@ pub async fn run_all(url: &str, plan: &Plan) -> Result<Vec<Figure>> {
         figures.extend(writes.figures(clients));
         eprintln!("measured {clients} client(s)");
     }
+    figures.extend(pooler::pooler_safe_cost(&url, plan).await?);
     figures.extend(replay(&db, plan).await?);
     figures.extend(growth(&db, plan).await?);
     figures.extend(e2e::end_to_end("postgres", &db, &config, plan).await?);
@@ -262,10 +260,56 @@ pub async fn run_all(url: &str, plan: &Plan) -> Result<Vec<Figure>> {
     figures.extend(e2e::fingerprint_cost(plan.fingerprint_ops)?);
     figures.extend(retry_layer_overhead(plan).await?);
     db.close().await?;
-    admin
-        .execute_unprepared(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-        .await?;
+    bench_db.drop_it().await?;
     Ok(figures)
+}
+
+/// Only what surviving any pooler costs (`grpc-ledger-bench --only pooler`), on a fresh database
+/// of the PostgreSQL at `url`.
+pub async fn pooler_cost(url: &str, plan: &Plan) -> Result<Vec<Figure>> {
+    let bench_db = BenchDatabase::create(url).await?;
+    let db = connect_postgres(&bench_db.url, &LedgerConfig::default()).await?;
+    grpc_operation_ledger_seaorm::migrate(&db).await?;
+    db.execute_unprepared(BUSINESS_TABLE).await?;
+    db.close().await?;
+    let figures = pooler::pooler_safe_cost(&bench_db.url, plan).await?;
+    bench_db.drop_it().await?;
+    Ok(figures)
+}
+
+const BUSINESS_TABLE: &str =
+    "CREATE TABLE bench_business (business_key VARCHAR(128) PRIMARY KEY, amount BIGINT NOT NULL)";
+
+/// A database of the benchmarks' own on a PostgreSQL server, dropped at the end of the run.
+struct BenchDatabase {
+    admin: DatabaseConnection,
+    name: String,
+    url: String,
+}
+
+impl BenchDatabase {
+    async fn create(server_url: &str) -> Result<Self> {
+        let name = format!("ledger_bench_{}", std::process::id());
+        let admin = Database::connect(server_url).await?;
+        admin
+            .execute_unprepared(&format!("DROP DATABASE IF EXISTS {name}"))
+            .await?;
+        admin
+            .execute_unprepared(&format!("CREATE DATABASE {name}"))
+            .await?;
+        let url = database_url(server_url, &name)?;
+        Ok(Self { admin, name, url })
+    }
+
+    async fn drop_it(self) -> Result<()> {
+        self.admin
+            .execute_unprepared(&format!(
+                "DROP DATABASE IF EXISTS {} WITH (FORCE)",
+                self.name
+            ))
+            .await?;
+        Ok(())
+    }
 }
 
 /// What the keyed variant sends, so that a reader of the figures can check that pgbench and the
@@ -558,8 +602,7 @@ async fn growth(db: &DatabaseConnection, plan: &Plan) -> Result<Vec<Figure>> {
 async fn sqlite(plan: &Plan) -> Result<Vec<Figure>> {
     let file = std::env::temp_dir().join(format!("ledger-bench-{}.sqlite", std::process::id()));
     let db = open_sqlite(&file, &LedgerConfig::default()).await?;
-    db.execute_unprepared("CREATE TABLE bench_business (business_key VARCHAR(128) PRIMARY KEY, amount BIGINT NOT NULL)")
-        .await?;
+    db.execute_unprepared(BUSINESS_TABLE).await?;
     let business = drive(
         1,
         plan.seconds,

@@ -1,4 +1,4 @@
-//! `grpc-ledger-bench [--quick] [--out FILE] [--only retry-layer]`: run by `cargo xtask bench`,
+//! `grpc-ledger-bench [--quick] [--out FILE] [--only retry-layer|pooler]`: run by `cargo xtask bench`,
 //! which starts a durable
 //! PostgreSQL and sets `DATABASE_URL` (and `MARIADB_URL`, `GALERA_URLS` for the MariaDB and
 //! Galera figures). Prints a table and writes the figures as JSON.
@@ -22,7 +22,7 @@ struct Args {
     /// but `--only retry-layer` needs it.
     #[arg(long, env = "DATABASE_URL")]
     database_url: Option<String>,
-    /// Only these figures (they need no database).
+    /// Only these figures.
     #[arg(long, value_enum)]
     only: Option<Only>,
 }
@@ -30,8 +30,11 @@ struct Args {
 /// Figures that run alone.
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
 enum Only {
-    /// The RetryLayer's cost on a call that succeeds first time, next to the bare channel.
+    /// The RetryLayer's cost on a call that succeeds first time, next to the bare channel (no
+    /// database).
     RetryLayer,
+    /// What the pooler-safe default statements cost next to cached ones, on PostgreSQL.
+    Pooler,
 }
 
 #[tokio::main]
@@ -50,6 +53,11 @@ async fn main() -> anyhow::Result<()> {
     }
     let url =
         database_url.context("DATABASE_URL (or --database-url) names the PostgreSQL to measure")?;
+    if let Some(Only::Pooler) = only {
+        let figures = grpc_ledger_bench::pooler_cost(&url, &plan).await?;
+        println!("{}", grpc_ledger_bench::table(&figures));
+        return Ok(());
+    }
     let mut figures = run_all(&url, &plan).await?;
     // MariaDB and a Galera cluster, when `cargo xtask bench` started them.
     let variable = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());

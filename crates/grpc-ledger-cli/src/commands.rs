@@ -8,14 +8,14 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use grpc_core_api::{
-    CallerFingerprint, Completion, GrpcMethod, GrpcOperationIdentity, GrpcOperationLedger,
-    IdempotencyKey, KeyHasher, LedgerError, RecordedFailure, Version,
+    CallerFingerprint, Completion, GrpcMethod, GrpcOperationIdentity, IdempotencyKey, KeyHasher,
+    LedgerError, LedgerUnitsOfWork, RecordedFailure, Version,
 };
 use grpc_operation_ledger_seaorm::{
-    LedgerConfig, ListFilter, Pooler, SeaOrmOperationLedger, ServerKind, connect_server,
-    find_listed, ledger_stats, list_operations, open_sqlite, state_named,
+    LedgerConfig, ListFilter, SeaOrmUnitsOfWork, ServerKind, connect_server, find_listed,
+    ledger_stats, list_operations, open_sqlite, resolve_pooler, state_named,
 };
-use sea_orm::DatabaseConnection;
+use sea_orm::{DatabaseConnection, DatabaseTransaction};
 use tokio::io::AsyncReadExt;
 
 use crate::output;
@@ -28,9 +28,6 @@ pub(crate) struct Cli {
     /// `sqlite:PATH` (an existing file). Never printed.
     #[arg(long, env = "GRPC_LEDGER_URL", hide_env_values = true, global = true)]
     url: Option<String>,
-    /// The PostgreSQL at `--url` is reached through a pooler in transaction pooling.
-    #[arg(long, global = true)]
-    transaction_pooler: bool,
     /// One JSON document on stdout instead of text.
     #[arg(long, global = true)]
     json: bool,
@@ -170,15 +167,36 @@ pub(crate) async fn run(cli: Cli) -> Result<(), Failure> {
         .url
         .as_deref()
         .ok_or_else(|| bad("no store: give --url or set GRPC_LEDGER_URL"))?;
-    let db = connect(url, cli.transaction_pooler).await?;
-    let outcome = command(&db, cli.command, cli.json).await;
+    // An operator's URL may go through a pooler: it is found out (`resolve_pooler`), and every
+    // statement runs in a transaction, which a transaction pooler needs.
+    let config = resolve_pooler(url, LedgerConfig::default().with_max_connections(2))
+        .await
+        .map_err(|error| Failure::Store(error.to_string()))?;
+    let db = connect(url, &config).await?;
+    let units = SeaOrmUnitsOfWork::new(db.clone(), &config);
+    let outcome = command(&units, cli.command, cli.json).await;
     let _ = db.close().await;
     outcome
 }
 
-async fn command(db: &DatabaseConnection, command: Command, json: bool) -> Result<(), Failure> {
+/// Runs `read` in a read transaction of `units` (see `SeaOrmUnitsOfWork::begin_read`), then
+/// rolls it back: a read changes nothing.
+async fn reading<T>(
+    units: &SeaOrmUnitsOfWork,
+    read: impl AsyncFnOnce(&DatabaseTransaction) -> Result<T, Failure>,
+) -> Result<T, Failure> {
+    let txn = units.begin_read().await?;
+    let read = read(&txn).await;
+    let _ = txn.rollback().await;
+    read
+}
+
+async fn command(units: &SeaOrmUnitsOfWork, command: Command, json: bool) -> Result<(), Failure> {
     match command {
-        Command::Stats => output::stats(&ledger_stats(db).await?, json),
+        Command::Stats => {
+            let stats = reading(units, async |txn| Ok(ledger_stats(txn).await?)).await?;
+            output::stats(&stats, json)
+        }
         Command::List {
             state,
             method,
@@ -202,7 +220,9 @@ async fn command(db: &DatabaseConnection, command: Command, json: bool) -> Resul
             if expired_lease {
                 filter = filter.expired_lease();
             }
-            output::listing(&list_operations(db, &filter).await?, json);
+            let listed =
+                reading(units, async |txn| Ok(list_operations(txn, &filter).await?)).await?;
+            output::listing(&listed, json);
         }
         Command::Show {
             caller,
@@ -231,15 +251,16 @@ async fn command(db: &DatabaseConnection, command: Command, json: bool) -> Resul
                 GrpcMethod::parse(&method).map_err(bad)?,
                 hasher.hash(&key),
             );
-            let (record, lease_left) = SeaOrmOperationLedger::new(db)
-                .look_up(&identity)
-                .await?
-                .ok_or_else(|| {
-                    Failure::Refused(
-                        "no operation with this caller, method and key (or a different key secret)"
-                            .to_owned(),
-                    )
-                })?;
+            let found = reading(units, async |txn| {
+                Ok(units.ledger(txn).look_up(&identity).await?)
+            })
+            .await?;
+            let (record, lease_left) = found.ok_or_else(|| {
+                Failure::Refused(
+                    "no operation with this caller, method and key (or a different key secret)"
+                        .to_owned(),
+                )
+            })?;
             output::record(&record, lease_left, json);
         }
         Command::Fail {
@@ -254,23 +275,37 @@ async fn command(db: &DatabaseConnection, command: Command, json: bool) -> Resul
             let method = GrpcMethod::parse(&method).map_err(bad)?;
             let failure = RecordedFailure::new(code_named(&code)?, &message).map_err(bad)?;
             let expected = Version::from_stored(version).map_err(bad)?;
-            let identity = find_listed(db, &caller, &method, &key_hash_prefix)
-                .await
-                .map_err(|error| match error {
-                    LedgerError::Internal { .. } => bad(error),
-                    other => Failure::from(other),
-                })?
-                .ok_or_else(|| Failure::Refused("no such operation".to_owned()))?;
-            fail(db, &identity, expected, failure).await?;
+            let found = reading(units, async |txn| {
+                find_listed(txn, &caller, &method, &key_hash_prefix)
+                    .await
+                    .map_err(|error| match error {
+                        LedgerError::Internal { .. } => bad(error),
+                        other => Failure::from(other),
+                    })
+            })
+            .await?;
+            let identity = found.ok_or_else(|| Failure::Refused("no such operation".to_owned()))?;
+            fail(units, &identity, expected, failure).await?;
             output::done("failed terminally", None, json);
         }
         Command::Purge { older_than, batch } => {
             let batch = NonZeroU32::new(batch).ok_or_else(|| bad("--batch must be at least 1"))?;
-            let ledger = SeaOrmOperationLedger::new(db);
             let retention = Duration::from_secs(older_than);
             let mut purged = 0;
             loop {
-                let deleted = ledger.purge(retention, batch).await?;
+                // Each batch in a unit of its own: its locks last one batch.
+                let txn = units.begin().await?;
+                let deleted = units.ledger(&txn).purge(retention, batch).await;
+                let deleted = match deleted {
+                    Ok(deleted) => {
+                        units.commit(txn).await?;
+                        deleted
+                    }
+                    Err(error) => {
+                        let _ = units.rollback(txn).await;
+                        return Err(error.into());
+                    }
+                };
                 purged += deleted;
                 if deleted < u64::from(batch.get()) {
                     break;
@@ -282,14 +317,33 @@ async fn command(db: &DatabaseConnection, command: Command, json: bool) -> Resul
     Ok(())
 }
 
-/// Ends `identity` as failed if it is in progress at `expected`, its lease run out.
+/// Ends `identity` as failed if it is in progress at `expected`, its lease run out: the look-up
+/// and the fenced transition in one unit of work.
 async fn fail(
-    db: &DatabaseConnection,
+    units: &SeaOrmUnitsOfWork,
     identity: &GrpcOperationIdentity,
     expected: Version,
     failure: RecordedFailure,
 ) -> Result<(), Failure> {
-    let ledger = SeaOrmOperationLedger::new(db);
+    let txn = units.begin().await?;
+    let failed = fail_in(units, &txn, identity, expected, failure).await;
+    match failed {
+        Ok(()) => Ok(units.commit(txn).await?),
+        Err(refused) => {
+            let _ = units.rollback(txn).await;
+            Err(refused)
+        }
+    }
+}
+
+async fn fail_in(
+    units: &SeaOrmUnitsOfWork,
+    txn: &DatabaseTransaction,
+    identity: &GrpcOperationIdentity,
+    expected: Version,
+    failure: RecordedFailure,
+) -> Result<(), Failure> {
+    let ledger = units.ledger(txn);
     let (record, lease_left) = ledger
         .look_up(identity)
         .await?
@@ -325,28 +379,20 @@ async fn fail(
     Ok(())
 }
 
-async fn connect(url: &str, transaction_pooler: bool) -> Result<DatabaseConnection, Failure> {
-    let config =
-        LedgerConfig::default()
-            .with_max_connections(2)
-            .with_pooler(if transaction_pooler {
-                Pooler::TransactionPooling
-            } else {
-                Pooler::None
-            });
+async fn connect(url: &str, config: &LedgerConfig) -> Result<DatabaseConnection, Failure> {
     if let Some(path) = url.strip_prefix("sqlite:") {
         let path = std::path::Path::new(path.trim_start_matches("//"));
         // An operator's typo must not create an empty ledger.
         if !path.is_file() {
             return Err(bad(format!("no SQLite file at {}", path.display())));
         }
-        return open_sqlite(path, &config).await.map_err(|error| {
+        return open_sqlite(path, config).await.map_err(|error| {
             Failure::Store(grpc_operation_ledger_seaorm::store_error(error).to_string())
         });
     }
     ServerKind::of_url(url)
         .map_err(|error| bad(error.to_string().replace("Custom Error: ", "")))?;
-    let (db, _) = connect_server(url, &config)
+    let (db, _) = connect_server(url, config)
         .await
         .map_err(|error| match error {
             sea_orm::DbErr::Custom(why) => bad(why),

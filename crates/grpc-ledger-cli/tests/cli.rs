@@ -293,13 +293,27 @@ async fn every_command_on_sqlite() {
     }
 }
 
-/// A database of its own on the server at `variable`, populated; every command; dropped.
-async fn on_a_fresh_database(variable: &str, drop_suffix: &str) {
-    let server = std::env::var(variable)
+fn required(variable: &str) -> String {
+    std::env::var(variable)
         .ok()
         .filter(|url| !url.is_empty())
-        .unwrap_or_else(|| panic!("{variable} is not set: run `cargo xtask test`"));
-    let name = format!("grpc_ledger_cli_{}", std::process::id());
+        .unwrap_or_else(|| panic!("{variable} is not set: run `cargo xtask test`"))
+}
+
+/// A database of its own on the server at `variable`, populated; every command; dropped.
+async fn on_a_fresh_database(variable: &str, drop_suffix: &str) {
+    on_a_fresh_database_through(variable, None, drop_suffix).await;
+}
+
+/// [`on_a_fresh_database`], with the commands reaching that database through the server (a
+/// pooler in front of it) at `through`, when given.
+async fn on_a_fresh_database_through(variable: &str, through: Option<&str>, drop_suffix: &str) {
+    let server = required(variable);
+    let name = format!(
+        "grpc_ledger_cli_{}_{}",
+        std::process::id(),
+        through.map_or("direct", |_| "pooled")
+    );
     let admin = Database::connect(&server).await.unwrap();
     admin
         .execute_unprepared(&format!("DROP DATABASE IF EXISTS {name}"))
@@ -316,8 +330,11 @@ async fn on_a_fresh_database(variable: &str, drop_suffix: &str) {
     migrate(&db).await.unwrap();
     populate(&db).await;
     db.close().await.unwrap();
-    let operated = url.clone();
-    let store = variable.to_owned();
+    let operated = match through {
+        Some(pooler) => database_url(&required(pooler), &name).unwrap(),
+        None => url.clone(),
+    };
+    let store = through.unwrap_or(variable).to_owned();
     tokio::task::spawn_blocking(move || operate(&store, &operated))
         .await
         .unwrap();
@@ -330,6 +347,18 @@ async fn on_a_fresh_database(variable: &str, drop_suffix: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_command_on_postgres() {
     on_a_fresh_database("DATABASE_URL", " WITH (FORCE)").await;
+}
+
+/// Through PgBouncer in transaction pooling, with no flag saying so: the CLI's statements work
+/// behind any pooler.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_command_on_postgres_behind_a_transaction_pooler() {
+    on_a_fresh_database_through(
+        "DATABASE_URL",
+        Some("PGBOUNCER_TRANSACTION_URL"),
+        " WITH (FORCE)",
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -40,11 +40,12 @@ struct Args {
     /// e.g. from `cargo xtask mariadb url`).
     #[arg(long)]
     database_url: Option<String>,
-    /// The PostgreSQL at `--database-url` is reached through a pooler in transaction pooling
-    /// (PgBouncer's `pool_mode = transaction`): no statement is cached, and nothing runs
-    /// outside a transaction.
+    /// The PostgreSQL at `--database-url` is reached directly or through session pooling, never
+    /// through a pooler in transaction pooling: statements are prepared once per connection and
+    /// cached (faster; behind PgBouncer's `pool_mode = transaction` calls would fail as INTERNAL).
+    /// Without it the statements work behind any pooler, and direct connections too.
     #[arg(long, requires = "database_url")]
-    transaction_pooler: bool,
+    direct_connection: bool,
     /// When the guard writes the ledger row: `claim-first` (before the handler; safe for any
     /// handler) or `write-once` (once, finished, after the handler in the same transaction: for
     /// handlers whose every effect is in that transaction, as the demo's is).
@@ -151,10 +152,10 @@ async fn main() -> ExitCode {
     let store = match (&args.database_url, &args.sqlite) {
         (Some(url), _) => Store::Server {
             url: url.clone(),
-            pooler: if args.transaction_pooler {
-                Pooler::TransactionPooling
-            } else {
+            pooler: if args.direct_connection {
                 Pooler::None
+            } else {
+                Pooler::Unknown
             },
         },
         (None, Some(path)) => Store::Sqlite(path.clone()),

@@ -47,8 +47,17 @@ fn required(variable: &str, how: &str) -> String {
         .unwrap_or_else(|| panic!("{variable} is not set: {how}"))
 }
 
-/// A database server reached directly.
+/// A database server as the demo reaches it with no flag: statements that work behind any pooler.
 fn server(url: String) -> Store {
+    Store::Server {
+        url,
+        pooler: Pooler::default(),
+    }
+}
+
+/// A database server the deployment says is reached directly (`--direct-connection`):
+/// statements cached.
+fn direct(url: String) -> Store {
     Store::Server {
         url,
         pooler: Pooler::None,
@@ -130,20 +139,34 @@ async fn exactly_once_on_postgres_with_half_the_responses_lost() {
 }
 
 /// Through PgBouncer in transaction pooling (Debian's 1.18, which keeps no prepared statement), as
-/// `cargo xtask test` starts it in front of its PostgreSQL.
+/// `cargo xtask test` starts it in front of its PostgreSQL, with the demo's defaults: nobody told
+/// the service there is a pooler.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn exactly_once_on_postgres_behind_a_transaction_pooler_with_half_the_responses_lost() {
+async fn exactly_once_on_postgres_behind_a_transaction_pooler_it_was_not_told_of() {
     let _one_at_a_time = ONE_AT_A_TIME.lock().await;
     let url = required(
         "PGBOUNCER_TRANSACTION_URL",
         "run `cargo xtask test`, which starts PgBouncer in transaction pooling in front of its PostgreSQL",
     );
     let run_id = format!("pgtx{}", std::process::id());
-    let store = Store::Server {
-        url,
-        pooler: Pooler::TransactionPooling,
-    };
-    let report = run_demo(&store, FAULTS, &client(&run_id)).await.unwrap();
+    let report = run_demo(&server(url), FAULTS, &client(&run_id))
+        .await
+        .unwrap();
+    assert_exactly_once(&report);
+}
+
+/// Through PgBouncer in session pooling, with the same defaults.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn exactly_once_on_postgres_behind_a_session_pooler_it_was_not_told_of() {
+    let _one_at_a_time = ONE_AT_A_TIME.lock().await;
+    let url = required(
+        "PGBOUNCER_SESSION_URL",
+        "run `cargo xtask test`, which starts PgBouncer in session pooling in front of its PostgreSQL",
+    );
+    let run_id = format!("pgsess{}", std::process::id());
+    let report = run_demo(&server(url), FAULTS, &client(&run_id))
+        .await
+        .unwrap();
     assert_exactly_once(&report);
 }
 
@@ -187,7 +210,8 @@ async fn exactly_once_in_write_once_mode_on_sqlite_and_postgres() {
     );
     let stores = [
         (Store::Sqlite(file.clone()), "oncesqlite".to_owned()),
-        (server(url), format!("oncepg{}", std::process::id())),
+        // As `--direct-connection` runs it: statements cached.
+        (direct(url), format!("oncepg{}", std::process::id())),
     ];
     for (store, run_id) in stores {
         let report = run_demo_in(

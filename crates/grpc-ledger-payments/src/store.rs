@@ -6,6 +6,7 @@ use std::sync::Arc;
 use grpc_core_api::{KeyHasher, RequestSchema};
 use grpc_operation_ledger_seaorm::{
     LedgerConfig, Pooler, SeaOrmUnitsOfWork, ServerKind, connect_server, migrate_with, open_sqlite,
+    resolve_pooler,
 };
 use grpc_tonic::{GuardConfig, GuardMode, KeyedMutationGuard};
 use sea_orm::DatabaseConnection;
@@ -23,7 +24,8 @@ pub enum Store {
     Server {
         /// Its URL.
         url: String,
-        /// What stands between the service and PostgreSQL.
+        /// What stands between the service and PostgreSQL ([`Pooler::Unknown`] unless the
+        /// deployment knows there is no transaction pooler).
         pooler: Pooler,
     },
 }
@@ -35,7 +37,9 @@ pub async fn open_store(store: &Store) -> anyhow::Result<(DatabaseConnection, Le
     let db = match store {
         Store::Sqlite(path) => open_sqlite(path, &config).await?,
         Store::Server { url, pooler } => {
-            config.pooler = *pooler;
+            // Unless the deployment said, find out whether a pooler hands connections over
+            // between transactions, before the pool decides how it prepares statements.
+            config = resolve_pooler(url, config.with_pooler(*pooler)).await?;
             let (db, _) = connect_server(url, &config).await?;
             migrate_with(&db, &config).await?;
             db
@@ -51,8 +55,8 @@ impl fmt::Display for Store {
         match self {
             Self::Sqlite(path) => write!(f, "SQLite {}", path.display()),
             Self::Server { url, pooler } => match ServerKind::of_url(url) {
-                Ok(ServerKind::Postgres) if *pooler == Pooler::TransactionPooling => {
-                    f.write_str("PostgreSQL through a transaction pooler")
+                Ok(ServerKind::Postgres) if pooler.caches_statements() => {
+                    f.write_str("PostgreSQL (direct, statements cached)")
                 }
                 Ok(kind) => write!(f, "{kind}"),
                 Err(_) => f.write_str("an unknown database server"),

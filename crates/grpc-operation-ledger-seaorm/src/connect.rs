@@ -6,6 +6,8 @@ use std::time::Duration;
 use sea_orm::sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqliteSynchronous};
 use sea_orm::{ConnectOptions, Database, DatabaseConnection, DbErr};
 
+use crate::Pooler;
+
 /// Connection settings that the ledger's behaviour depends on.
 ///
 /// `#[non_exhaustive]`: start from [`LedgerConfig::default`] and change what you need with the
@@ -21,34 +23,10 @@ pub struct LedgerConfig {
     pub max_connections: u32,
     /// How long to wait for a free pooled connection before answering `Unavailable`.
     pub acquire_timeout: Duration,
-    /// What stands between the pool and PostgreSQL.
+    /// What stands between the pool and PostgreSQL: by default [`Pooler::Unknown`], which
+    /// [`resolve_pooler`](crate::resolve_pooler) finds out, and which works behind any pooler
+    /// when it is not found out.
     pub pooler: Pooler,
-}
-
-/// What stands between the ledger's pool and PostgreSQL, which decides how statements may be
-/// prepared.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Pooler {
-    /// Nothing, or a pooler that gives each client one server connection for its whole session
-    /// (PgBouncer's session pooling, or transaction pooling with `max_prepared_statements`, from
-    /// PgBouncer 1.21). Statements are prepared once per connection and cached.
-    #[default]
-    None,
-    /// A pooler that hands the server connection to another client at every transaction's end
-    /// (PgBouncer's transaction pooling, before 1.21 or without `max_prepared_statements`).
-    ///
-    /// The driver names every statement it prepares (`sqlx_s_1`, `sqlx_s_2`, … counted per
-    /// client connection), so two clients that meet on one server connection collide, and a
-    /// cached statement is missing on the next server connection. In this mode the pool caches
-    /// no statement, and every unit of work the adapter begins first drops the statements other
-    /// clients left on its server connection (`DEALLOCATE ALL`, which only this unit can see
-    /// while it holds the connection). And nothing may run outside a transaction: the driver
-    /// prepares in one round trip and executes in the next, between which the pooler may hand
-    /// the connection away. Use the ledger through [`SeaOrmUnitsOfWork`](crate::SeaOrmUnitsOfWork)
-    /// (the guard does), or `grpc_core_api::UnitPerCall` for calls that commit on their own;
-    /// apply migrations with [`migrate_with`](crate::migrate_with) and this configuration.
-    TransactionPooling,
 }
 
 impl LedgerConfig {
@@ -83,7 +61,7 @@ impl Default for LedgerConfig {
             claim_wait: Duration::from_secs(2),
             max_connections: 16,
             acquire_timeout: Duration::from_secs(5),
-            pooler: Pooler::None,
+            pooler: Pooler::Unknown,
         }
     }
 }
@@ -136,7 +114,7 @@ pub async fn connect_postgres(
 ) -> Result<DatabaseConnection, DbErr> {
     let mut options = ConnectOptions::new(url.to_owned());
     pool_options(&mut options, config);
-    if config.pooler == Pooler::TransactionPooling {
+    if !config.pooler.caches_statements() {
         options.map_sqlx_postgres_opts(|postgres| postgres.statement_cache_capacity(0));
     }
     Database::connect(options).await

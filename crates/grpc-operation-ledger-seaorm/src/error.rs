@@ -72,9 +72,11 @@ fn map_sqlx(error: &sqlx::Error, phase: Phase) -> LedgerError {
 fn map_sqlstate(code: &str, phase: Phase) -> LedgerError {
     match code {
         "42P05" | "26000" => LedgerError::internal(
-            "prepared statements were lost between transactions: behind a pooler in \
-             transaction pooling, connect with \
-             LedgerConfig::default().with_pooler(Pooler::TransactionPooling) and run every statement in a unit of work",
+            "prepared statements were lost between transactions: a pooler in transaction \
+             pooling stands in front of PostgreSQL, unseen or configured as absent, so the pool \
+             must not cache statements: connect with \
+             LedgerConfig::default().with_pooler(Pooler::TransactionPooling) (not Pooler::None) \
+             and run every statement in a unit of work",
         ),
         _ => from_sqlstate(code, phase),
     }

@@ -59,6 +59,7 @@ mod connect;
 mod error;
 mod ledger;
 mod migration;
+mod pooler;
 mod sql;
 mod units;
 
@@ -67,13 +68,14 @@ pub use admin::{
     list_operations, state_named,
 };
 pub use connect::{
-    LedgerConfig, Pooler, ServerKind, connect_mysql, connect_postgres, connect_server,
-    database_url, open_sqlite,
+    LedgerConfig, ServerKind, connect_mysql, connect_postgres, connect_server, database_url,
+    open_sqlite,
 };
 pub use error::store_error;
 pub use ledger::{LedgerConnection, SeaOrmOperationLedger};
 pub use migration::{
     LEDGER_TABLE, LedgerMigrator, MIGRATIONS_TABLE, ledger_migrations, migrate, migrate_with,
 };
+pub use pooler::{Pooler, resolve_pooler};
 pub use sql::{in_dialect, statements};
 pub use units::SeaOrmUnitsOfWork;

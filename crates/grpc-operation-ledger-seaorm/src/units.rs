@@ -37,6 +37,21 @@ impl SeaOrmUnitsOfWork {
     pub fn connection(&self) -> &DatabaseConnection {
         &self.db
     }
+
+    /// A transaction for reading around the port (an operator's listing, statistics, a look-up),
+    /// prepared for the pooler as a unit of work is and with its lock waits bounded by the claim
+    /// wait, but deferred on SQLite: a read takes no write lock there, so it never stalls the
+    /// server's claims. Roll it back when done.
+    pub async fn begin_read(&self) -> Result<DatabaseTransaction, LedgerError> {
+        begin_unit(
+            &self.db,
+            TransactionOptions::default(),
+            self.pooler,
+            Some(self.claim_wait),
+        )
+        .await
+        .map_err(|e| map_db_err(e, Phase::Other))
+    }
 }
 
 #[async_trait]
@@ -97,7 +112,7 @@ impl LedgerUnitsOfWork for SeaOrmUnitsOfWork {
 /// Begins a transaction on `db` that statements may be prepared in behind `pooler`: behind a
 /// transaction pooler, whose server connection other clients used before, it first drops the
 /// statements they left there, so that a name this client's driver gives a statement cannot meet
-/// one of theirs (see [`Pooler::TransactionPooling`]). The pool caches no statement in that mode,
+/// one of theirs (see [`Pooler::TransactionPooling`]; the same for [`Pooler::Unknown`]). The pool caches no statement in that mode,
 /// so nothing of this client's is lost either.
 ///
 /// On PostgreSQL, `lock_wait` bounds every lock wait of the transaction (`SET LOCAL
@@ -122,7 +137,7 @@ pub(crate) async fn begin_unit(
         return Ok(transaction);
     }
     let mut setup = Vec::new();
-    if pooler == Pooler::TransactionPooling {
+    if !pooler.caches_statements() {
         setup.push("DEALLOCATE ALL".to_owned());
     }
     if let Some(wait) = lock_wait {

@@ -21,7 +21,7 @@ use anyhow::{Context, Result, bail};
 
 use crate::galera::Galera;
 use crate::host::free_loopback_port;
-use crate::pgbouncer::{self, PoolMode};
+use crate::pgbouncer;
 use crate::postgres::{self, Cluster};
 use proxy::Proxy;
 use report::Summary;
@@ -95,7 +95,7 @@ fn on_postgres(
     let summary = match scenario.fault {
         PostgresFault::RestartFast { at } => {
             let restart = |tick| faults::restart_fast(cluster, tick, at, load.rounds);
-            in_one_process(scenario, run, &[], interrupted, restart)?
+            in_one_process(scenario, run, interrupted, restart)?
         }
         PostgresFault::KillBackends {
             pooler: None,
@@ -103,7 +103,7 @@ fn on_postgres(
             share,
         } => {
             let kill = |tick| faults::kill_backends(cluster, tick, every, share);
-            in_one_process(scenario, run, &[], interrupted, kill)?
+            in_one_process(scenario, run, interrupted, kill)?
         }
         PostgresFault::KillBackends {
             pooler: Some(mode),
@@ -111,16 +111,13 @@ fn on_postgres(
             share,
         } => {
             let bouncer = pgbouncer::Bouncer::start(cluster.url(), mode)?;
-            let args: &[&str] = match mode {
-                PoolMode::Session => &[],
-                PoolMode::Transaction => &["--transaction-pooler"],
-            };
+            // No pooler flag in either mode: the demo's defaults work behind any pooler.
             let run = DemoRun {
                 url: bouncer.url(),
                 ..run
             };
             let kill = |tick| faults::kill_backends(cluster, tick, every, share);
-            in_one_process(scenario, run, args, interrupted, kill)?
+            in_one_process(scenario, run, interrupted, kill)?
         }
         PostgresFault::KillServer { at, downtime } => {
             server_killed(scenario, run, at, downtime, load.rounds, interrupted)?
@@ -133,17 +130,16 @@ fn on_postgres(
     Ok((summary, None))
 }
 
-/// Runs the demo, its service and its client in one process with `args` added, while `fault` is
-/// called every 100 ms with the tick count.
+/// Runs the demo, its service and its client in one process, while `fault` is called every
+/// 100 ms with the tick count.
 fn in_one_process(
     scenario: &Scenario<PostgresFault>,
     run: DemoRun<'_>,
-    args: &[&str],
     interrupted: &AtomicBool,
     mut fault: impl FnMut(u32) -> Result<u32>,
 ) -> Result<Summary> {
     eprintln!("xtask: chaos scenario: {}", scenario.announced);
-    let child = run.spawn(args)?;
+    let child = run.spawn(&[])?;
     let mut faults = 0;
     let mut tick = 0;
     let demo_report = supervise::wait_with(child, interrupted, || {

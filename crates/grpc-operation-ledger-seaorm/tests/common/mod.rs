@@ -63,7 +63,10 @@ pub fn config() -> LedgerConfig {
 /// The tests' configuration for `store`.
 pub fn config_for(store: Store) -> LedgerConfig {
     match store {
-        Store::PostgresBehindTransactionPooler => config().with_pooler(Pooler::TransactionPooling),
+        // Straight to PostgreSQL (or through session pooling), the deployment may say so and
+        // cache statements; behind a transaction pooler the default, told nothing, must hold.
+        Store::Postgres => config().with_pooler(Pooler::None),
+        Store::PostgresBehindTransactionPooler => config(),
         _ => config(),
     }
 }
@@ -143,7 +146,7 @@ async fn on_server(store: Store, admin_url: &str, variable: &str, name: &str) ->
     let url = with_database(admin_url, name);
     let db = match store {
         Store::MariaDb => connect_mysql(&url, &config()).await,
-        _ => connect_postgres(&url, &config()).await,
+        _ => connect_postgres(&url, &config_for(store)).await,
     }
     .unwrap_or_else(|e| panic!("cannot connect to the test database at {variable}: {e}"));
     migrate(&db).await.expect("apply the ledger migrations");

@@ -1,0 +1,112 @@
+//! What stands between the ledger's pool and PostgreSQL, and how a deployment that does not say
+//! finds out.
+
+use sea_orm::DbErr;
+use sea_orm::sqlx::postgres::PgConnection;
+use sea_orm::sqlx::{self, Connection, Executor, Row};
+
+use crate::{LedgerConfig, ServerKind};
+
+/// What stands between the ledger's pool and PostgreSQL, which decides how statements may be
+/// prepared.
+///
+/// The default, [`Pooler::Unknown`], is found out by [`resolve_pooler`] before the pool is
+/// opened (the demo and the operator CLI do), and works behind any pooler where it is not: the
+/// person who sets the URL is often not the person who knows a pooler sits behind it, so no
+/// setting must be needed for the calls to work. ADR 0009 gives what each choice costs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Pooler {
+    /// Not known (the default). [`resolve_pooler`] replaces it with what it finds; a pool opened
+    /// with it unresolved uses the statements of [`Pooler::TransactionPooling`], which work
+    /// everywhere, at their price.
+    #[default]
+    Unknown,
+    /// Nothing, or a pooler that gives each client one server connection for its whole session
+    /// (PgBouncer's session pooling). Statements are prepared once per connection and cached.
+    /// Behind a pooler in transaction pooling this setting fails calls as INTERNAL, with a
+    /// message that names it.
+    None,
+    /// A pooler that hands the server connection to another client at every transaction's end
+    /// (PgBouncer's transaction pooling; also with its `max_prepared_statements`, from 1.21,
+    /// where [`Pooler::None`] would be faster, but only a deployment can say that it is set).
+    ///
+    /// The driver names every statement it prepares (`sqlx_s_1`, `sqlx_s_2`, … counted per
+    /// client connection), so two clients that meet on one server connection collide, and a
+    /// cached statement is missing on the next server connection. In this mode the pool caches
+    /// no statement, and every unit of work the adapter begins first drops the statements other
+    /// clients left on its server connection (`DEALLOCATE ALL`, which only this unit can see
+    /// while it holds the connection; it rides in the message that sets the unit's lock wait, so
+    /// it costs no round trip). And nothing may run outside a transaction: the driver prepares in
+    /// one round trip and executes in the next, between which the pooler may hand the connection
+    /// away. Use the ledger through [`SeaOrmUnitsOfWork`](crate::SeaOrmUnitsOfWork) (the guard
+    /// does), or `grpc_core_api::UnitPerCall` for calls that commit on their own; apply
+    /// migrations with [`migrate_with`](crate::migrate_with) and this configuration.
+    TransactionPooling,
+}
+
+impl Pooler {
+    /// Whether statements may be prepared once per connection and reused: only when nothing
+    /// hands the pool's server connections to other clients between its transactions.
+    pub fn caches_statements(self) -> bool {
+        self == Self::None
+    }
+}
+
+/// `config` with its pooler found out, when it is [`Pooler::Unknown`] and `url` names a
+/// PostgreSQL server (any other setting, and any other store, is returned as it is).
+///
+/// The probe: one client connection asks for its server process (`pg_backend_pid()`), then,
+/// while it stays connected and idle, a second client connection asks inside a transaction. Only
+/// a pooler that hands server connections over between transactions can give the second client
+/// the first one's server process (PgBouncer hands out the one released last); straight to
+/// PostgreSQL, or in session pooling, the first client keeps its process until it disconnects.
+/// Three rounds, so that another client taking that process meanwhile does not hide the pooler.
+/// Every statement of the probe goes over the simple query protocol, which prepares nothing.
+///
+/// A pooler that hands connections out in another order, under other clients' load, can still go
+/// unseen: a deployment that knows it is behind one should say
+/// [`Pooler::TransactionPooling`]; one that knows it is not may say [`Pooler::None`] and skip the
+/// probe.
+pub async fn resolve_pooler(url: &str, config: LedgerConfig) -> Result<LedgerConfig, DbErr> {
+    if config.pooler != Pooler::Unknown
+        || ServerKind::of_url(url).ok() != Some(ServerKind::Postgres)
+    {
+        return Ok(config);
+    }
+    let found = probe(url).await.map_err(|error| {
+        DbErr::Custom(format!(
+            "probing for a pooler in front of PostgreSQL: {error}"
+        ))
+    })?;
+    tracing::info!(pooler = ?found, "found what stands between the ledger and PostgreSQL");
+    Ok(config.with_pooler(found))
+}
+
+async fn probe(url: &str) -> Result<Pooler, sqlx::Error> {
+    let mut first = PgConnection::connect(url).await?;
+    let mut second = PgConnection::connect(url).await?;
+    let mut found = Pooler::None;
+    for _ in 0..3 {
+        let released = backend_pid(&mut first).await?;
+        second.execute(sqlx::raw_sql("BEGIN")).await?;
+        let taken = backend_pid(&mut second).await;
+        second.execute(sqlx::raw_sql("ROLLBACK")).await?;
+        if taken? == released {
+            found = Pooler::TransactionPooling;
+            break;
+        }
+    }
+    // Closed politely, so that a pooler sees a clean end (a dropped connection works as well).
+    let _ = first.close().await;
+    let _ = second.close().await;
+    Ok(found)
+}
+
+/// The server process behind `connection` for this one statement.
+async fn backend_pid(connection: &mut PgConnection) -> Result<String, sqlx::Error> {
+    let row = connection
+        .fetch_one(sqlx::raw_sql("SELECT pg_backend_pid()::text"))
+        .await?;
+    row.try_get::<String, _>(0)
+}
