@@ -56,18 +56,25 @@ impl Pooler {
 /// `config` with its pooler found out, when it is [`Pooler::Unknown`] and `url` names a
 /// PostgreSQL server (any other setting, and any other store, is returned as it is).
 ///
-/// The probe: one client connection asks for its server process (`pg_backend_pid()`), then,
-/// while it stays connected and idle, a second client connection asks inside a transaction. Only
-/// a pooler that hands server connections over between transactions can give the second client
-/// the first one's server process (PgBouncer hands out the one released last); straight to
-/// PostgreSQL, or in session pooling, the first client keeps its process until it disconnects.
-/// Three rounds, so that another client taking that process meanwhile does not hide the pooler.
-/// Every statement of the probe goes over the simple query protocol, which prepares nothing.
+/// The probe rests on two things only a pooler that hands server connections over between
+/// transactions can do; straight to PostgreSQL, or in session pooling, a client keeps one server
+/// process from its connection to its end, and no other client ever gets it. One client
+/// connection asks for its server process (`pg_backend_pid()`); a second client connection asks
+/// inside a transaction and ends it; the first asks again. The pooler is a transaction pooler
+/// when the second client was handed the first one's process (a quiet pooler hands out the one
+/// released last, PgBouncer's default, or the one idle longest, its `server_round_robin`), or
+/// when the first client's process changed between its statements (a busy pooler buries the
+/// first client's process under the ones other clients released since). Either is proof, so a
+/// direct connection or a session pooler is never taken for a transaction pooler. Up to eight
+/// rounds, ending at the first proof; nothing is held while the other client waits, so a pool of
+/// one server connection cannot stall it. Every statement goes over the simple query protocol,
+/// which prepares nothing.
 ///
-/// A pooler that hands connections out in another order, under other clients' load, can still go
-/// unseen: a deployment that knows it is behind one should say
-/// [`Pooler::TransactionPooling`]; one that knows it is not may say [`Pooler::None`] and skip the
-/// probe.
+/// A transaction pooler that handed both clients their own process in every round would go
+/// unseen: a deployment that knows it is behind one should say [`Pooler::TransactionPooling`];
+/// one that knows it is not may say [`Pooler::None`] and skip the probe. Behind a transaction
+/// pooler the probe missed, calls fail as INTERNAL with a message naming
+/// [`Pooler::TransactionPooling`], never with a wrong answer.
 pub async fn resolve_pooler(url: &str, config: LedgerConfig) -> Result<LedgerConfig, DbErr> {
     if config.pooler != Pooler::Unknown
         || ServerKind::of_url(url).ok() != Some(ServerKind::Postgres)
@@ -83,19 +90,24 @@ pub async fn resolve_pooler(url: &str, config: LedgerConfig) -> Result<LedgerCon
     Ok(config.with_pooler(found))
 }
 
+/// Rounds of the probe at most; each ends the probe once it has proof.
+const PROBE_ROUNDS: usize = 8;
+
 async fn probe(url: &str) -> Result<Pooler, sqlx::Error> {
     let mut first = PgConnection::connect(url).await?;
     let mut second = PgConnection::connect(url).await?;
     let mut found = Pooler::None;
-    for _ in 0..3 {
-        let released = backend_pid(&mut first).await?;
+    let mut first_process = backend_pid(&mut first).await?;
+    for _ in 0..PROBE_ROUNDS {
         second.execute(sqlx::raw_sql("BEGIN")).await?;
         let taken = backend_pid(&mut second).await;
         second.execute(sqlx::raw_sql("ROLLBACK")).await?;
-        if taken? == released {
+        let first_again = backend_pid(&mut first).await?;
+        if taken? == first_process || first_again != first_process {
             found = Pooler::TransactionPooling;
             break;
         }
+        first_process = first_again;
     }
     // Closed politely, so that a pooler sees a clean end (a dropped connection works as well).
     let _ = first.close().await;

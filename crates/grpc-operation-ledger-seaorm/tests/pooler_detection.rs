@@ -42,7 +42,7 @@ async fn a_transaction_pooler_is_found_while_other_clients_use_it() {
     // Other clients of the same pooler run short transactions all along.
     let busy = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
     let mut others = Vec::new();
-    for _ in 0..4 {
+    for _ in 0..8 {
         let (url, busy) = (url.clone(), std::sync::Arc::clone(&busy));
         others.push(tokio::spawn(async move {
             use sea_orm::sqlx::{Connection, Executor};
@@ -57,7 +57,7 @@ async fn a_transaction_pooler_is_found_while_other_clients_use_it() {
             }
         }));
     }
-    for _ in 0..5 {
+    for _ in 0..20 {
         assert_eq!(found(&url).await, Pooler::TransactionPooling);
     }
     busy.store(false, std::sync::atomic::Ordering::Relaxed);
