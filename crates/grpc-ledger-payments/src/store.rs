@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use grpc_core_api::{KeyHasher, RequestSchema};
 use grpc_operation_ledger_seaorm::{
-    LedgerConfig, Pooler, SeaOrmUnitsOfWork, ServerKind, connect_server, migrate_with, open_sqlite,
+    LedgerConfig, Pooler, SeaOrmUnitsOfWork, ServerKind, connect_server, migrate, open_sqlite,
     resolve_pooler,
 };
 use grpc_tonic::{GuardConfig, GuardMode, KeyedMutationGuard};
@@ -41,7 +41,7 @@ pub async fn open_store(store: &Store) -> anyhow::Result<(DatabaseConnection, Le
             // between transactions, before the pool decides how it prepares statements.
             config = resolve_pooler(url, config.with_pooler(*pooler)).await?;
             let (db, _) = connect_server(url, &config).await?;
-            migrate_with(&db, &config).await?;
+            migrate(&db).await?;
             db
         }
     };

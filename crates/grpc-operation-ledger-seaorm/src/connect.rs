@@ -105,9 +105,10 @@ pub async fn open_sqlite(path: &Path, config: &LedgerConfig) -> Result<DatabaseC
 /// Connects a pool to PostgreSQL. It sets nothing on the connections themselves (no startup
 /// `options`): the claim's bounded wait travels with the transaction (set when a unit begins, or
 /// before a write; see `SeaOrmOperationLedger`), so the pool works directly and behind a pooler,
-/// as `config.pooler` says (see [`Pooler`]). Does not apply
-/// migrations: a deployment applies them with [`migrate_with`](crate::migrate_with) when it
-/// chooses.
+/// as `config.pooler` says (see [`Pooler`]): the statement cache is on only for
+/// [`Pooler::None`], and what the ledger does on the pool follows from the pool, so one setting
+/// decides it, here. Does not apply migrations: a deployment applies them with
+/// [`migrate`](crate::migrate) when it chooses.
 pub async fn connect_postgres(
     url: &str,
     config: &LedgerConfig,
@@ -118,6 +119,22 @@ pub async fn connect_postgres(
         options.map_sqlx_postgres_opts(|postgres| postgres.statement_cache_capacity(0));
     }
     Database::connect(options).await
+}
+
+/// Whether `db`'s connections cache the statements they prepare (always, but on a PostgreSQL
+/// pool opened for a pooler that hands server connections over: see [`connect_postgres`]).
+/// Read from the pool's own options, which sqlx renders with their statement cache's capacity.
+pub(crate) fn caches_statements(db: &DatabaseConnection) -> bool {
+    use sea_orm::sqlx::ConnectOptions as _;
+    if db.get_database_backend() != sea_orm::DbBackend::Postgres {
+        return true;
+    }
+    let options = db.get_postgres_connection_pool().connect_options();
+    options
+        .to_url_lossy()
+        .query_pairs()
+        .find(|(name, _)| name == "statement-cache-capacity")
+        .is_none_or(|(_, capacity)| capacity != "0")
 }
 
 /// Connects a pool to MariaDB (10.5 or later, for `INSERT ... RETURNING`; MySQL lacks that and

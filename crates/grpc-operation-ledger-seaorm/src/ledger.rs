@@ -139,14 +139,10 @@ where
         pool: &DatabaseConnection,
         write: impl AsyncFnOnce(&SeaOrmOperationLedger<&DatabaseTransaction>) -> Result<T, LedgerError>,
     ) -> Result<T, LedgerError> {
-        let txn = crate::units::begin_unit(
-            pool,
-            TransactionOptions::default(),
-            crate::Pooler::None,
-            Some(self.claim_wait),
-        )
-        .await
-        .map_err(|e| map_db_err(e, Phase::Other))?;
+        let txn =
+            crate::units::begin_unit(pool, TransactionOptions::default(), Some(self.claim_wait))
+                .await
+                .map_err(|e| map_db_err(e, Phase::Other))?;
         let ledger = SeaOrmOperationLedger::new(&txn)
             .with_claim_wait(self.claim_wait)
             .lock_wait_bounded_by_unit();

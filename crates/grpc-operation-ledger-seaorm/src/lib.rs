@@ -73,9 +73,7 @@ pub use connect::{
 };
 pub use error::store_error;
 pub use ledger::{LedgerConnection, SeaOrmOperationLedger};
-pub use migration::{
-    LEDGER_TABLE, LedgerMigrator, MIGRATIONS_TABLE, ledger_migrations, migrate, migrate_with,
-};
+pub use migration::{LEDGER_TABLE, LedgerMigrator, MIGRATIONS_TABLE, ledger_migrations, migrate};
 pub use pooler::{Pooler, resolve_pooler};
 pub use sql::{in_dialect, statements};
 pub use units::SeaOrmUnitsOfWork;

@@ -58,20 +58,15 @@ pub fn ledger_migrations() -> Vec<Box<dyn MigrationTrait>> {
 /// On PostgreSQL a migration applied to a ledger in use never holds claims up past their wait:
 /// it waits at most 200 ms for the table's lock, then steps aside and tries again (for up to
 /// 30 s), so a claim queued behind it waits at most that long.
+///
+/// Behind a transaction pooler it needs nothing more than the pool opened for one
+/// ([`connect_postgres`](crate::connect_postgres) with the configuration
+/// [`resolve_pooler`](crate::resolve_pooler) gave): the pool says whether it caches statements,
+/// and the migration's transaction prepares itself as a unit of work does.
 pub async fn migrate(db: &sea_orm::DatabaseConnection) -> Result<(), DbErr> {
-    migrate_with(db, &crate::LedgerConfig::default()).await
-}
-
-/// [`migrate`] on a pool connected with `config`: behind a transaction pooler
-/// ([`Pooler::TransactionPooling`](crate::Pooler::TransactionPooling)) the migration's
-/// transaction first drops the statements other clients left on its server connection.
-pub async fn migrate_with(
-    db: &sea_orm::DatabaseConnection,
-    config: &crate::LedgerConfig,
-) -> Result<(), DbErr> {
     let started = std::time::Instant::now();
     loop {
-        match migrate_once(db, config.pooler).await {
+        match migrate_once(db).await {
             Err(error) if sqlite_busy(&error) && started.elapsed() < MIGRATION_PATIENCE => {
                 tokio::time::sleep(std::time::Duration::from_millis(25)).await;
             }
@@ -129,10 +124,7 @@ pub(crate) fn sqlite_busy(error: &DbErr) -> bool {
             .is_some_and(|code| matches!(code & 0xff, 5 | 6))
 }
 
-async fn migrate_once(
-    db: &sea_orm::DatabaseConnection,
-    pooler: crate::Pooler,
-) -> Result<(), DbErr> {
+async fn migrate_once(db: &sea_orm::DatabaseConnection) -> Result<(), DbErr> {
     use sea_orm::{SqliteTransactionMode, TransactionOptions};
     let options = TransactionOptions {
         sqlite_transaction_mode: Some(SqliteTransactionMode::Immediate),
@@ -142,7 +134,7 @@ async fn migrate_once(
     // at most MIGRATION_LOCK_WAIT; SQLite bounds its BEGIN IMMEDIATE by the busy timeout.
     let lock_wait =
         (db.get_database_backend() == DbBackend::Postgres).then_some(MIGRATION_LOCK_WAIT);
-    let txn = crate::units::begin_unit(db, options, pooler, lock_wait).await?;
+    let txn = crate::units::begin_unit(db, options, lock_wait).await?;
     match txn.get_database_backend() {
         DbBackend::Postgres => {
             txn.execute_unprepared(&format!(

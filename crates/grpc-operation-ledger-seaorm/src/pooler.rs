@@ -41,7 +41,7 @@ pub enum Pooler {
     /// one round trip and executes in the next, between which the pooler may hand the connection
     /// away. Use the ledger through [`SeaOrmUnitsOfWork`](crate::SeaOrmUnitsOfWork) (the guard
     /// does), or `grpc_core_api::UnitPerCall` for calls that commit on their own; apply
-    /// migrations with [`migrate_with`](crate::migrate_with) and this configuration.
+    /// migrations with [`migrate`](crate::migrate) on the pool opened with this configuration.
     TransactionPooling,
 }
 

@@ -10,7 +10,7 @@ use sea_orm::{
 };
 
 use crate::error::{Phase, map_db_err};
-use crate::{LedgerConfig, Pooler, SeaOrmOperationLedger};
+use crate::{LedgerConfig, SeaOrmOperationLedger};
 
 /// Begins SeaORM transactions on a pool and binds the ledger to each, so that a guard runs the
 /// claim, the handler's business writes (on the same `DatabaseTransaction`) and the transition
@@ -19,7 +19,6 @@ use crate::{LedgerConfig, Pooler, SeaOrmOperationLedger};
 pub struct SeaOrmUnitsOfWork {
     db: DatabaseConnection,
     claim_wait: Duration,
-    pooler: Pooler,
 }
 
 impl SeaOrmUnitsOfWork {
@@ -29,7 +28,6 @@ impl SeaOrmUnitsOfWork {
         Self {
             db,
             claim_wait: config.claim_wait,
-            pooler: config.pooler,
         }
     }
 
@@ -46,7 +44,6 @@ impl SeaOrmUnitsOfWork {
         begin_unit(
             &self.db,
             TransactionOptions::default(),
-            self.pooler,
             Some(self.claim_wait),
         )
         .await
@@ -74,7 +71,7 @@ impl LedgerUnitsOfWork for SeaOrmUnitsOfWork {
                 .then_some(IsolationLevel::ReadCommitted),
             ..TransactionOptions::default()
         };
-        begin_unit(&self.db, options, self.pooler, Some(self.claim_wait))
+        begin_unit(&self.db, options, Some(self.claim_wait))
             .await
             .map_err(|e| map_db_err(e, Phase::Other))
     }
@@ -109,11 +106,16 @@ impl LedgerUnitsOfWork for SeaOrmUnitsOfWork {
     }
 }
 
-/// Begins a transaction on `db` that statements may be prepared in behind `pooler`: behind a
-/// transaction pooler, whose server connection other clients used before, it first drops the
-/// statements they left there, so that a name this client's driver gives a statement cannot meet
-/// one of theirs (see [`Pooler::TransactionPooling`]; the same for [`Pooler::Unknown`]). The pool caches no statement in that mode,
-/// so nothing of this client's is lost either.
+/// Begins a transaction on `db` that statements may be prepared in whatever stands in front of
+/// PostgreSQL. On a pool that caches no statement (opened for [`Pooler::TransactionPooling`]
+/// or an unresolved [`Pooler::Unknown`]), whose server connection other clients may have used
+/// before, it first drops the statements they left there, so that a name this client's driver
+/// gives a statement cannot meet one of theirs; nothing of this client's is lost, since it
+/// keeps none. The pool itself says which it is, never a setting passed beside it: dropping the
+/// statements of a pool that caches them would fail its next call.
+///
+/// [`Pooler::TransactionPooling`]: crate::Pooler::TransactionPooling
+/// [`Pooler::Unknown`]: crate::Pooler::Unknown
 ///
 /// On PostgreSQL, `lock_wait` bounds every lock wait of the transaction (`SET LOCAL
 /// lock_timeout`), sent right after `BEGIN`: a statement takes its lock on the table while it is
@@ -122,13 +124,13 @@ impl LedgerUnitsOfWork for SeaOrmUnitsOfWork {
 pub(crate) async fn begin_unit(
     db: &DatabaseConnection,
     options: TransactionOptions,
-    pooler: Pooler,
     lock_wait: Option<Duration>,
 ) -> Result<DatabaseTransaction, DbErr> {
     // Begun in a task of its own, so that a caller dropped mid-way (a cancelled request) cannot
     // leave the server in a transaction the driver does not know it began: the next user of
     // that pooled connection would run inside it (PostgreSQL) or fail to set its isolation level
     // (MariaDB's error 1568). A begun transaction whose caller is gone is rolled back on drop.
+    let drops_others_statements = !crate::connect::caches_statements(db);
     let db = db.clone();
     let transaction = tokio::spawn(async move { db.begin_with_options(options).await })
         .await
@@ -137,7 +139,7 @@ pub(crate) async fn begin_unit(
         return Ok(transaction);
     }
     let mut setup = Vec::new();
-    if !pooler.caches_statements() {
+    if drops_others_statements {
         setup.push("DEALLOCATE ALL".to_owned());
     }
     if let Some(wait) = lock_wait {

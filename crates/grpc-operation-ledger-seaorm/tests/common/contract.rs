@@ -11,7 +11,7 @@ use grpc_ledger_contract_tests::{
 };
 use grpc_operation_ledger_seaorm::{
     LedgerMigrator, SeaOrmOperationLedger, SeaOrmUnitsOfWork, connect_mysql, connect_postgres,
-    in_dialect, migrate, migrate_with, open_sqlite, store_error,
+    in_dialect, migrate, open_sqlite, store_error,
 };
 use sea_orm::{
     ConnectionTrait, Database, DatabaseTransaction, DbBackend, SqliteTransactionMode, Statement,
@@ -104,7 +104,7 @@ impl Migrations for SeaOrmFixture {
             Store::Postgres | Store::PostgresBehindTransactionPooler => {
                 let config = config_for(store.test_db.store);
                 match connect_postgres(url, &config).await {
-                    Ok(db) => migrate_with(&db, &config).await,
+                    Ok(db) => migrate(&db).await,
                     Err(error) => Err(error),
                 }
             }
