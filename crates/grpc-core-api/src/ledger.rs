@@ -72,6 +72,17 @@ pub enum LedgerDurability {
 /// - A store fault MUST be returned as `Unavailable` (never `Internal`, never a panic), and the
 ///   unit of work MUST then be safe to retry from the start.
 ///
+/// # Lease renewal
+///
+/// - `renew_lease` MUST be one conditional update of the row in `IN_PROGRESS` at the given
+///   version, setting its lease to end `lease` from now by the store's clock and changing nothing
+///   else: not the version (the owner's transition still names it), not the claim time.
+/// - It MUST succeed for the owner whose lease already ran out when nobody took the claim over:
+///   the version, not the clock, says who owns an operation.
+/// - When that update changes nothing, it MUST NOT report success: it answers as a transition
+///   does (`NotClaimed`, `AlreadyCompleted`, `LostOwnership`), and the row is left as it was.
+/// - Renewing to [`LeaseDuration::SHORTEST`] releases the claim: the next claim takes it over.
+///
 /// # Other operations
 ///
 /// - `find` MUST return the stored record, or `None`; `look_up` the same with the time the lease
@@ -106,6 +117,17 @@ pub trait GrpcOperationLedger: Send + Sync {
         version: Version,
         failure: &RecordedFailure,
     ) -> Result<Version, LedgerError>;
+
+    /// Keeps a claimed operation's lease alive for its owner: the lease ends `lease` from now by
+    /// the store's clock, at the same version (see the trait's contract). A guard whose claim
+    /// commits before its handler renews it while the handler runs, so that no other attempt
+    /// takes the operation over from a live owner.
+    async fn renew_lease(
+        &self,
+        identity: &GrpcOperationIdentity,
+        version: Version,
+        lease: LeaseDuration,
+    ) -> Result<(), LedgerError>;
 
     /// Finishes a claimed operation as `completion` says: [`mark_committed`](Self::mark_committed)
     /// or [`mark_failed`](Self::mark_failed), for a caller that holds the completion as a value.

@@ -136,6 +136,11 @@ pub struct LeaseDuration(Duration);
 impl LeaseDuration {
     const MAX: Duration = Duration::from_secs(24 * 60 * 60);
 
+    /// The shortest lease, one millisecond: renewing a claim to it ends the claim's protection at
+    /// once, so the next attempt takes it over instead of waiting out the lease (how an owner
+    /// that gives up hands its operation on).
+    pub const SHORTEST: Self = Self(Duration::from_millis(1));
+
     /// Checks that the lease is at least one millisecond and at most a day.
     pub fn new(lease: Duration) -> Result<Self, InvalidInput> {
         if lease < Duration::from_millis(1) || lease > Self::MAX {

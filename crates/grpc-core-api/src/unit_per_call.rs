@@ -104,6 +104,21 @@ impl<U: LedgerUnitsOfWork> GrpcOperationLedger for UnitPerCall<U> {
         self.finish(transaction, answer).await
     }
 
+    async fn renew_lease(
+        &self,
+        identity: &GrpcOperationIdentity,
+        version: Version,
+        lease: LeaseDuration,
+    ) -> Result<(), LedgerError> {
+        let transaction = self.units.begin().await?;
+        let answer = self
+            .units
+            .ledger(&transaction)
+            .renew_lease(identity, version, lease)
+            .await;
+        self.finish(transaction, answer).await
+    }
+
     async fn record_finished(
         &self,
         identity: &GrpcOperationIdentity,

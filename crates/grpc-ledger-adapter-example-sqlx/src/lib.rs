@@ -101,6 +101,15 @@ const MARK_FAILED: &str = concat!(
      WHERE caller = $1 AND method = $2 AND key_hash = $3 AND state = 'IN_PROGRESS' AND version = $4"
 );
 
+/// The owner keeps its lease alive: only at its version, only in progress, and the version stays
+/// (cases `renewed_lease_keeps_its_owner_and_version`, `renewal_of_a_lost_claim_is_refused`).
+const RENEW_LEASE: &str = concat!(
+    "UPDATE sqlx_ledger SET lease_expires_at = ",
+    now!(),
+    " + $5 WHERE caller = $1 AND method = $2 AND key_hash = $3 \
+     AND state = 'IN_PROGRESS' AND version = $4"
+);
+
 const PURGE: &str = concat!(
     "DELETE FROM sqlx_ledger WHERE (caller, method, key_hash) IN (\
      SELECT caller, method, key_hash FROM sqlx_ledger WHERE state <> 'IN_PROGRESS' \
@@ -324,6 +333,19 @@ impl GrpcOperationLedger for SqlxLedger {
         .await)
     }
 
+    async fn renew_lease(
+        &self,
+        identity: &GrpcOperationIdentity,
+        version: Version,
+        lease: LeaseDuration,
+    ) -> Result<(), LedgerError> {
+        let query = bind_identity(sqlx::query(RENEW_LEASE), identity)
+            .bind(version.to_stored())
+            .bind(lease.as_millis());
+        on_connection!(self, |conn| update_owned(conn, identity, version, query)
+            .await)
+    }
+
     async fn find(
         &self,
         identity: &GrpcOperationIdentity,
@@ -444,12 +466,24 @@ async fn transition_on(
             .bind(failure.message().to_owned())
             .bind(failure.details().to_vec()),
     };
+    update_owned(conn, identity, version, query).await?;
+    Ok(version.next())
+}
+
+/// One conditional UPDATE of the row its owner holds at `version` (a transition, a renewal);
+/// zero rows is never success: read the row to say why.
+async fn update_owned(
+    conn: &mut PgConnection,
+    identity: &GrpcOperationIdentity,
+    version: Version,
+    query: sqlx::query::Query<'_, sqlx::Postgres, sqlx::postgres::PgArguments>,
+) -> Result<(), LedgerError> {
     let done = query
         .execute(&mut *conn)
         .await
         .map_err(store_error(During::Other))?;
     if done.rows_affected() == 1 {
-        return Ok(version.next());
+        return Ok(());
     }
     let current = read(conn, identity, During::Other).await?;
     Err(unmatched_transition(

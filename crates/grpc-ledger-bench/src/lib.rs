@@ -121,7 +121,7 @@ const CLAIM_WAIT_SETTING: &str = "2000ms";
 
 /// The adapter's three statements, sent directly through sqlx: the adapter's ideal.
 async fn raw_op(pool: &sqlx::PgPool, caller: usize, key: &str) -> Result<()> {
-    let [(_, claim), _, _, (_, commit), _, _, _] =
+    let [(_, claim), _, _, (_, commit), ..] =
         statements(DbBackend::Postgres).context("PostgreSQL")?;
     let id = identity(caller, key);
     let (who, method, hash) = (

@@ -16,7 +16,7 @@ pub(crate) fn pgbench_binary() -> std::path::PathBuf {
 /// The adapter's exact statements as a pgbench script: placeholders become SQL expressions of
 /// pgbench variables, nothing else changes.
 pub(crate) fn pgbench_keyed_script() -> Result<String> {
-    let [(_, claim), _, _, (_, commit), _, _, _] =
+    let [(_, claim), _, _, (_, commit), ..] =
         statements(DbBackend::Postgres).context("PostgreSQL")?;
     let identity = |sql: &str| {
         sql.replace("$3", "md5(:k || 'a') || md5(:k || 'b')")

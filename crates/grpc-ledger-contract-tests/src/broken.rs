@@ -32,4 +32,10 @@ pub enum Defect {
     /// A fresh claim starts at version 1 again, so a stalled owner of a purged row can complete
     /// the identity's next claim.
     RepeatingVersions,
+    /// A lease renewal moves the version on, as a transition does, so the owner that renewed can
+    /// no longer finish its own operation.
+    RenewalBumpsVersion,
+    /// A lease renewal ignores the version, so a stalled owner whose claim was taken over
+    /// extends the new owner's lease (and is told it still owns the operation).
+    UnfencedRenewal,
 }

@@ -150,6 +150,34 @@ async fn the_suite_catches_an_unbounded_wait_behind_a_table_lock() {
     );
 }
 
+/// A renewal that moves the version on leaves its owner unable to finish: caught where the owner
+/// renews, and where it finishes after renewing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_suite_catches_a_renewal_that_moves_the_version() {
+    let report = caught_for(Defect::RenewalBumpsVersion).await;
+    assert_caught_for(
+        &report,
+        "renewed_lease_keeps_its_owner_and_version",
+        "renewal-keeps-the-owner",
+    );
+    assert_caught_for(
+        &report,
+        "renewal_to_the_shortest_lease_releases_the_claim",
+        "shortest-lease-releases",
+    );
+}
+
+/// A renewal that ignores the version lets a stalled owner keep the new owner's lease alive.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_suite_catches_an_unfenced_renewal() {
+    let report = caught_for(Defect::UnfencedRenewal).await;
+    assert_caught_for(
+        &report,
+        "renewal_of_a_lost_claim_is_refused",
+        "renewal-fenced",
+    );
+}
+
 /// Every case's failure names its rule, its step and (where there is one) the identity.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn failures_name_the_rule_the_step_and_the_identity() {
@@ -158,6 +186,8 @@ async fn failures_name_the_rule_the_step_and_the_identity() {
         Defect::ReadThenInsertClaim,
         Defect::UnversionedTransition,
         Defect::RepeatingVersions,
+        Defect::RenewalBumpsVersion,
+        Defect::UnfencedRenewal,
     ] {
         for (case, why) in caught_for(defect).await.failures() {
             assert!(

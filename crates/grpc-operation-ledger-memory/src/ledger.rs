@@ -262,6 +262,38 @@ impl InMemoryOperationLedger {
         unit.pending().rows.insert(key, row);
         Ok(new_version)
     }
+
+    async fn renew_in(
+        &self,
+        unit: &UnitState,
+        identity: &GrpcOperationIdentity,
+        version: Version,
+        lease: LeaseDuration,
+    ) -> Result<(), LedgerError> {
+        let key = identity.storage_key();
+        if let Lock::TimedOut = self.shared.lock(unit.id, &key).await {
+            return Err(LedgerError::unavailable(UnavailableKind::Timeout));
+        }
+        let Some(mut row) = unit.visible(&self.shared, &key) else {
+            return Err(LedgerError::NotClaimed);
+        };
+        if row.state().is_terminal() {
+            return Err(LedgerError::AlreadyCompleted { state: row.state() });
+        }
+        let fenced = self.shared.defect != Some(Defect::UnfencedRenewal);
+        if fenced && row.version != version {
+            return Err(LedgerError::LostOwnership {
+                expected: version,
+                current: row.version,
+            });
+        }
+        if self.shared.defect == Some(Defect::RenewalBumpsVersion) {
+            row.version = row.version.next();
+        }
+        row.lease_expires_at = SystemTime::now() + lease.get();
+        unit.pending().rows.insert(key, row);
+        Ok(())
+    }
 }
 
 #[async_trait]
@@ -301,6 +333,20 @@ impl GrpcOperationLedger for InMemoryOperationLedger {
     ) -> Result<Version, LedgerError> {
         let completion = Completion::Failed(failure.clone());
         self.transition(identity, version, completion).await
+    }
+
+    async fn renew_lease(
+        &self,
+        identity: &GrpcOperationIdentity,
+        version: Version,
+        lease: LeaseDuration,
+    ) -> Result<(), LedgerError> {
+        self.shared
+            .writing(
+                LedgerError::unavailable(UnavailableKind::Timeout),
+                self.in_unit(async |unit| self.renew_in(unit, identity, version, lease).await),
+            )
+            .await
     }
 
     async fn find(

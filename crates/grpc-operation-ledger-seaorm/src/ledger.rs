@@ -337,10 +337,38 @@ where
                 &sql.mark_failed
             }
         };
+        self.update_owned(identity, version, statement, values)
+            .await?;
+        Ok(version.next())
+    }
+
+    /// The lease renewal on this ledger's connection.
+    async fn renew_here(
+        &self,
+        identity: &GrpcOperationIdentity,
+        version: Version,
+        lease: LeaseDuration,
+    ) -> Result<(), LedgerError> {
+        self.bound_lock_wait().await?;
+        let mut values = identity_values(identity);
+        values.push(version.to_stored().into());
+        values.push(lease.as_millis().into());
+        self.update_owned(identity, version, &self.sql()?.renew_lease, values)
+            .await
+    }
+
+    /// One conditional UPDATE of the row its owner holds at `version`; when it changed nothing it
+    /// is never success: the row as it is now says why.
+    async fn update_owned(
+        &self,
+        identity: &GrpcOperationIdentity,
+        version: Version,
+        statement: &Stmt,
+        values: Vec<Value>,
+    ) -> Result<(), LedgerError> {
         if self.execute(statement, values, Phase::Other).await? == 1 {
-            return Ok(version.next());
+            return Ok(());
         }
-        // Nothing changed: never success. Say why, from the row as it is now.
         let current = self.read(identity, Phase::Other).await?;
         Err(unmatched_transition(
             current.as_ref().map(|(record, _)| record),
@@ -495,6 +523,23 @@ where
     ) -> Result<Version, LedgerError> {
         self.transition(identity, version, &Completion::Failed(failure.clone()))
             .await
+    }
+
+    async fn renew_lease(
+        &self,
+        identity: &GrpcOperationIdentity,
+        version: Version,
+        lease: LeaseDuration,
+    ) -> Result<(), LedgerError> {
+        match self.postgres_pool() {
+            Some(pool) => {
+                self.bounded_write(pool, async |ledger| {
+                    ledger.renew_here(identity, version, lease).await
+                })
+                .await
+            }
+            None => self.renew_here(identity, version, lease).await,
+        }
     }
 
     async fn find(

@@ -119,6 +119,15 @@ const MARK_FAILED: &str = concat!(
     " AND state = 'IN_PROGRESS' AND version = $4"
 );
 
+/// Lease renewal by the owner: the lease ends `$5` ms from now by the store's clock, only at the
+/// owner's version `$4` and only in progress; the version stays, so the owner's transition still
+/// names it. (No indexed column changes, so PostgreSQL can keep the update on the row's page.)
+const RENEW_LEASE: &str = concat!(
+    "UPDATE grpc_operation_ledger SET lease_expires_at = {now} + $5 WHERE ",
+    identity_condition!(),
+    " AND state = 'IN_PROGRESS' AND version = $4"
+);
+
 /// Deletes at most `$2` finished rows completed more than `$1` ms ago by the store's clock.
 /// `claimed_at <= completed_at` always holds, so the condition on `claimed_at` lets its index find
 /// the candidates.
@@ -197,6 +206,7 @@ pub(crate) struct Sql {
     pub(crate) take_over: Stmt,
     pub(crate) mark_committed: Stmt,
     pub(crate) mark_failed: Stmt,
+    pub(crate) renew_lease: Stmt,
     pub(crate) purge: Stmt,
     /// The write-once record of a finished operation.
     pub(crate) record_insert: Stmt,
@@ -292,6 +302,7 @@ impl Sql {
             take_over: render(TAKE_OVER),
             mark_committed: render(MARK_COMMITTED),
             mark_failed: render(MARK_FAILED),
+            renew_lease: render(RENEW_LEASE),
             purge: render(purge),
             record_insert: render(record),
         }
@@ -352,7 +363,7 @@ fn render(template: &str, style: Placeholders) -> Stmt {
 /// the ledger does not support. On PostgreSQL the adapter claims with the one-round-trip form of
 /// `claim` (which reads the existing row in the same statement), and on MariaDB it prefixes the
 /// claim with its wait bound (`SET STATEMENT max_statement_time=...`).
-pub fn statements(backend: DbBackend) -> Option<[(&'static str, &'static str); 7]> {
+pub fn statements(backend: DbBackend) -> Option<[(&'static str, &'static str); 8]> {
     let sql = Sql::for_backend(backend)?;
     Some([
         ("claim", sql.claim_insert.text.as_str()),
@@ -365,6 +376,7 @@ pub fn statements(backend: DbBackend) -> Option<[(&'static str, &'static str); 7
             "record finished (write-once)",
             sql.record_insert.text.as_str(),
         ),
+        ("renew lease", sql.renew_lease.text.as_str()),
     ])
 }
 
@@ -393,6 +405,7 @@ mod tests {
         take_over: String,
         mark_committed: String,
         mark_failed: String,
+        renew_lease: String,
         purge: String,
     }
 
@@ -404,6 +417,7 @@ mod tests {
                 take_over: sql.take_over.text.clone(),
                 mark_committed: sql.mark_committed.text.clone(),
                 mark_failed: sql.mark_failed.text.clone(),
+                renew_lease: sql.renew_lease.text.clone(),
                 purge: sql.purge.text.clone(),
             }
         }
@@ -431,6 +445,7 @@ mod tests {
                 &sql.take_over,
                 &sql.mark_committed,
                 &sql.mark_failed,
+                &sql.renew_lease,
                 &sql.purge,
             ] {
                 assert!(!statement.contains("{now}"), "{statement}");
@@ -441,6 +456,16 @@ mod tests {
                 assert!(transition.contains("AND state = 'IN_PROGRESS' AND version = "));
                 assert!(transition.contains("version = version + 1"));
             }
+            assert!(
+                sql.renew_lease
+                    .contains("AND state = 'IN_PROGRESS' AND version = ")
+            );
+            assert!(
+                !sql.renew_lease.contains("SET version")
+                    && !sql.renew_lease.contains("claimed_at ="),
+                "a renewal changes the lease alone: {}",
+                sql.renew_lease
+            );
         }
         let claim = |backend| &Sql::for_backend(backend).unwrap().claim_insert.text;
         assert!(claim(DbBackend::Sqlite).contains("?5"));

@@ -22,6 +22,7 @@ use crate::{Capabilities, LedgerFixture, LedgerStore, RawRow, UnitOfWork};
 mod claims;
 mod concurrency;
 mod ownership;
+mod renewal;
 mod rules;
 mod store;
 mod transitions;
@@ -30,6 +31,7 @@ mod write_once;
 pub use claims::*;
 pub use concurrency::*;
 pub use ownership::*;
+pub use renewal::*;
 pub use rules::Rule;
 pub use store::*;
 pub use transitions::*;
@@ -484,6 +486,9 @@ suite!(
     transitions_with_stale_version_lose_ownership,
     expired_lease_is_taken_over_and_old_owner_fenced,
     stale_owner_cannot_complete_a_claim_made_after_purge,
+    renewed_lease_keeps_its_owner_and_version,
+    renewal_of_a_lost_claim_is_refused,
+    renewal_to_the_shortest_lease_releases_the_claim,
     racing_takeovers_of_an_expired_claim_have_one_winner,
     claims_under_contention_never_answer_internal,
     contended_claims_never_hand_a_version_twice,

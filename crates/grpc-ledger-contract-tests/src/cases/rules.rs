@@ -35,6 +35,12 @@ pub enum Rule {
     TransitionRecords,
     /// A version never repeats for an identity, not even after its row was purged.
     VersionsNeverRepeat,
+    /// A renewal moves the lease's end alone, at the same version, also after an untaken lapse.
+    RenewalKeepsTheOwner,
+    /// A renewal by an owner that lost or finished the claim is refused and changes nothing.
+    RenewalFenced,
+    /// A renewal to the shortest lease hands the operation to the next claim at once.
+    ShortestLeaseReleases,
     /// Claim, business write and transition commit or roll back together with the caller's unit.
     NoTransactionOfItsOwn,
     /// Concurrent claims of a new identity have exactly one owner.
@@ -81,6 +87,9 @@ impl Rule {
         Rule::TransitionFenced,
         Rule::TransitionRecords,
         Rule::VersionsNeverRepeat,
+        Rule::RenewalKeepsTheOwner,
+        Rule::RenewalFenced,
+        Rule::ShortestLeaseReleases,
         Rule::NoTransactionOfItsOwn,
         Rule::OneOwnerPerIdentity,
         Rule::OneTransitionWins,
@@ -113,6 +122,9 @@ impl Rule {
             Rule::TransitionFenced => "transition-fenced",
             Rule::TransitionRecords => "transition-records",
             Rule::VersionsNeverRepeat => "versions-never-repeat",
+            Rule::RenewalKeepsTheOwner => "renewal-keeps-the-owner",
+            Rule::RenewalFenced => "renewal-fenced",
+            Rule::ShortestLeaseReleases => "shortest-lease-releases",
             Rule::NoTransactionOfItsOwn => "no-transaction-of-its-own",
             Rule::OneOwnerPerIdentity => "one-owner-per-identity",
             Rule::OneTransitionWins => "one-transition-wins",
@@ -181,6 +193,19 @@ impl Rule {
             }
             Rule::VersionsNeverRepeat => {
                 "a version never repeats for an identity, not even after its row was purged"
+            }
+            Rule::RenewalKeepsTheOwner => {
+                "renew_lease of an IN_PROGRESS row at the owner's version moves the lease's end \
+                 to `lease` from now by the store's clock and changes nothing else (version, \
+                 claim time); it holds for an owner whose lease lapsed untaken, too"
+            }
+            Rule::RenewalFenced => {
+                "renew_lease by an owner that no longer holds the claim is LostOwnership, \
+                 AlreadyCompleted or NotClaimed, and writes nothing"
+            }
+            Rule::ShortestLeaseReleases => {
+                "renew_lease to LeaseDuration::SHORTEST lets the next claim take the operation \
+                 over at once; inside a unit it commits or rolls back with the unit"
             }
             Rule::NoTransactionOfItsOwn => {
                 "the ledger runs in the caller's unit of work: claim, business write and \

@@ -1,0 +1,218 @@
+//! Lease renewal: an owner whose claim committed before its work keeps the claim alive while the
+//! work runs, and hands it on early when it gives up.
+
+use super::*;
+
+/// Rule [`Rule::RenewalKeepsTheOwner`]: a renewal moves the lease's end by the store's clock and
+/// nothing else, so the claim stays in progress past its first lease and its owner still finishes
+/// it at the version it was handed; an owner whose lease lapsed while nobody took the claim over
+/// renews it too.
+pub async fn renewed_lease_keeps_its_owner_and_version<F: LedgerFixture>(fixture: &F) {
+    let store = fixture.fresh_store().await;
+    let ledger = store.autocommit();
+    let id = identity("tenant-a", CREATE, "renewed");
+    let version = claim_new(&*ledger, &id, 300).await;
+    let claimed = stored(&store, &id).await;
+    let rule = Rule::RenewalKeepsTheOwner;
+    expect_ok(
+        ledger.renew_lease(&id, version, lease(LONG)).await,
+        at(rule, "the owner renews its live 300 ms lease to 60 s", &id),
+    );
+    let renewed = stored(&store, &id).await;
+    let step = "read the renewed row";
+    at(rule, step, &id).eq(renewed.version, version);
+    at(rule, step, &id).eq(renewed.state(), OperationState::InProgress);
+    at(rule, step, &id).eq(renewed.claimed_at, claimed.claimed_at);
+    at(rule, step, &id).check(
+        renewed.lease_expires_at > claimed.lease_expires_at,
+        "a lease that ends later than the claim's",
+        (claimed.lease_expires_at, renewed.lease_expires_at),
+    );
+    let left = expect_ok(
+        ledger.look_up(&id).await,
+        at(rule, "look the renewed claim up", &id),
+    );
+    at(rule, "look the renewed claim up", &id).check(
+        matches!(left, Some((_, left)) if left > Duration::from_secs(30) && left <= Duration::from_millis(LONG)),
+        "about 60 s left on the lease, by the store's clock",
+        left.map(|(_, left)| left),
+    );
+
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let again = ledger.claim(&id, &request("x"), lease(LONG)).await;
+    at(
+        rule,
+        "claim again after the first 300 ms lease would have ended",
+        &id,
+    )
+    .check(
+        matches!(again, Ok(ClaimOutcome::InProgress { .. })),
+        "Ok(InProgress { .. }): the renewed lease is live",
+        &again,
+    );
+
+    expect_ok(
+        ledger.renew_lease(&id, version, lease(150)).await,
+        at(rule, "the owner renews to a 150 ms lease", &id),
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    expect_ok(
+        ledger.renew_lease(&id, version, lease(LONG)).await,
+        at(
+            rule,
+            "the owner renews its lapsed lease, which nobody took over",
+            &id,
+        ),
+    );
+    let again = ledger.claim(&id, &request("x"), lease(LONG)).await;
+    at(rule, "claim again after the lapsed lease was renewed", &id).check(
+        matches!(again, Ok(ClaimOutcome::InProgress { .. })),
+        "Ok(InProgress { .. })",
+        &again,
+    );
+    at(rule, "the owner commits at the version it was handed", &id).eq(
+        ledger.mark_committed(&id, version, &outcome("p")).await,
+        Ok(version.next()),
+    );
+}
+
+/// Rule [`Rule::RenewalFenced`]: a renewal by an owner that no longer holds the claim (taken over,
+/// finished, or never there) answers as a transition would and changes nothing: a stalled owner
+/// cannot keep the new owner's lease alive, nor revive a finished operation.
+pub async fn renewal_of_a_lost_claim_is_refused<F: LedgerFixture>(fixture: &F) {
+    let store = fixture.fresh_store().await;
+    let ledger = store.autocommit();
+    let rule = Rule::RenewalFenced;
+    let id = identity("tenant-a", CREATE, "renew-lost");
+    let stalled = claim_new(&*ledger, &id, 100).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let taken = ledger.claim(&id, &request("x"), lease(LONG)).await;
+    let owner = match taken {
+        Ok(ClaimOutcome::Claimed {
+            version,
+            took_over: true,
+        }) => version,
+        other => at(
+            Rule::ExpiredLeaseTakenOver,
+            "take the expired claim over",
+            &id,
+        )
+        .fail("Ok(Claimed { version, took_over: true })", other),
+    };
+    let before = stored(&store, &id).await;
+    at(
+        rule,
+        "the stalled owner renews the claim another took over",
+        &id,
+    )
+    .eq(
+        ledger.renew_lease(&id, stalled, lease(LONG)).await,
+        Err(LedgerError::LostOwnership {
+            expected: stalled,
+            current: owner,
+        }),
+    );
+    let after = stored(&store, &id).await;
+    at(rule, "read the row after the refused renewal", &id).eq(after, before);
+
+    let finished = expect_ok(
+        ledger.mark_committed(&id, owner, &outcome("p")).await,
+        at(Rule::TransitionRecords, "the new owner commits", &id),
+    );
+    let before = stored(&store, &id).await;
+    at(rule, "the owner renews the operation it finished", &id).eq(
+        ledger.renew_lease(&id, owner, lease(LONG)).await,
+        Err(LedgerError::AlreadyCompleted {
+            state: OperationState::Committed,
+        }),
+    );
+    at(rule, "the stalled owner renews the finished operation", &id).eq(
+        ledger.renew_lease(&id, stalled, lease(LONG)).await,
+        Err(LedgerError::AlreadyCompleted {
+            state: OperationState::Committed,
+        }),
+    );
+    let after = stored(&store, &id).await;
+    at(
+        rule,
+        "read the finished row after the refused renewals",
+        &id,
+    )
+    .eq(after.clone(), before);
+    at(
+        rule,
+        "read the finished row after the refused renewals",
+        &id,
+    )
+    .eq(after.version, finished);
+
+    let missing = identity("tenant-a", CREATE, "renew-missing");
+    at(rule, "renew an identity that was never claimed", &missing).eq(
+        ledger
+            .renew_lease(&missing, Version::fresh(1_764_700_000_000, 7), lease(LONG))
+            .await,
+        Err(LedgerError::NotClaimed),
+    );
+    at(
+        rule,
+        "count the rows after renewing a missing claim",
+        &missing,
+    )
+    .eq(store.ledger_rows().await, 1);
+}
+
+/// Rule [`Rule::ShortestLeaseReleases`]: renewing to [`LeaseDuration::SHORTEST`] hands the
+/// operation on at once (an owner that gave up, so a resend need not wait out the lease); inside a
+/// unit of work the renewal commits or rolls back with the unit.
+pub async fn renewal_to_the_shortest_lease_releases_the_claim<F: LedgerFixture>(fixture: &F) {
+    let store = fixture.fresh_store().await;
+    let rule = Rule::ShortestLeaseReleases;
+    let id = identity("tenant-a", CREATE, "released");
+    let version = claim_new(&*store.autocommit(), &id, LONG).await;
+
+    let at_unit = at(rule, "release the claim in a unit that rolls back", &id);
+    let unit = expect_ok(store.begin().await, at_unit);
+    expect_ok(
+        unit.ledger()
+            .renew_lease(&id, version, LeaseDuration::SHORTEST)
+            .await,
+        at_unit,
+    );
+    expect_ok(unit.rollback().await, at_unit);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let again = store
+        .autocommit()
+        .claim(&id, &request("x"), lease(LONG))
+        .await;
+    at(rule, "claim again after the release was rolled back", &id).check(
+        matches!(again, Ok(ClaimOutcome::InProgress { .. })),
+        "Ok(InProgress { .. }): a rolled-back release leaves the 60 s lease",
+        &again,
+    );
+
+    let at_unit = at(rule, "release the claim in a unit that commits", &id);
+    let unit = expect_ok(store.begin().await, at_unit);
+    expect_ok(
+        unit.ledger()
+            .renew_lease(&id, version, LeaseDuration::SHORTEST)
+            .await,
+        at_unit,
+    );
+    expect_ok(unit.commit().await, at_unit);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let ledger = store.autocommit();
+    at(rule, "claim again once the release committed", &id).eq(
+        ledger.claim(&id, &request("x"), lease(LONG)).await,
+        Ok(ClaimOutcome::Claimed {
+            version: version.next(),
+            took_over: true,
+        }),
+    );
+    at(rule, "the owner that released commits afterwards", &id).eq(
+        ledger.mark_committed(&id, version, &outcome("late")).await,
+        Err(LedgerError::LostOwnership {
+            expected: version,
+            current: version.next(),
+        }),
+    );
+}
