@@ -214,6 +214,33 @@ pub trait LedgerUnitsOfWork: Send + Sync {
     fn durability(&self) -> LedgerDurability;
 }
 
+/// Shared units of work are units of work: a guard and the tasks it starts (the one that keeps a
+/// claim's lease alive) hold one store between them.
+#[async_trait]
+impl<U: LedgerUnitsOfWork> LedgerUnitsOfWork for std::sync::Arc<U> {
+    type Transaction = U::Transaction;
+
+    async fn begin(&self) -> Result<Self::Transaction, LedgerError> {
+        (**self).begin().await
+    }
+
+    fn ledger<'t>(&self, transaction: &'t Self::Transaction) -> Box<dyn GrpcOperationLedger + 't> {
+        (**self).ledger(transaction)
+    }
+
+    async fn commit(&self, transaction: Self::Transaction) -> Result<(), LedgerError> {
+        (**self).commit(transaction).await
+    }
+
+    async fn rollback(&self, transaction: Self::Transaction) -> Result<(), LedgerError> {
+        (**self).rollback(transaction).await
+    }
+
+    fn durability(&self) -> LedgerDurability {
+        (**self).durability()
+    }
+}
+
 /// [`GrpcOperationLedger::record_finished`] in two steps: `claim`, then the transition, in the
 /// caller's unit of work (the claimed row is never seen by another unit before the commit). The
 /// trait's default, and an adapter's way when its one-step insert finds the identity taken.

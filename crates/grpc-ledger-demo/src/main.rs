@@ -126,6 +126,7 @@ impl From<Retries> for ClientRetries {
 enum Mode {
     ClaimFirst,
     WriteOnce,
+    ClaimCommittedFirst,
 }
 
 impl From<Mode> for GuardMode {
@@ -133,6 +134,7 @@ impl From<Mode> for GuardMode {
         match mode {
             Mode::ClaimFirst => GuardMode::ClaimFirst,
             Mode::WriteOnce => GuardMode::WriteOnceInTransactionOnly,
+            Mode::ClaimCommittedFirst => GuardMode::ClaimCommittedFirst,
         }
     }
 }

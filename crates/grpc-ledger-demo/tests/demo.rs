@@ -231,6 +231,31 @@ async fn exactly_once_in_write_once_mode_on_sqlite_and_postgres() {
     }
 }
 
+/// The guard with its claim committed before the handler, on PostgreSQL (where a renewal does not
+/// wait for the handler's unit): every duplicate that arrives while the handler runs sees the
+/// committed claim and is told to come back, and the demo's faults still leave no payment twice
+/// and none lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn exactly_once_with_the_claim_committed_first_on_postgres() {
+    let _one_at_a_time = ONE_AT_A_TIME.lock().await;
+    let url = required(
+        "DATABASE_URL",
+        "run `cargo xtask test`, or `cargo xtask pg start` and export DATABASE_URL=$(cargo xtask pg url)",
+    );
+    let run_id = format!("committedpg{}", std::process::id());
+    let report = run_demo_in(
+        GuardMode::ClaimCommittedFirst,
+        &direct(url),
+        FAULTS,
+        &client(&run_id),
+    )
+    .await
+    .unwrap();
+    assert_nothing_twice_nothing_lost(&report);
+    assert_every_loss_resolved(&report);
+    assert!(report.acknowledged >= 270, "{report}");
+}
+
 /// The channel owns retries: the generated client over the RetryLayer, no executor. Every
 /// unknown outcome is resent under its key and answered from the ledger; on SQLite and on
 /// PostgreSQL, no payment twice and none lost.

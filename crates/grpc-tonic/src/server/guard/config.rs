@@ -1,5 +1,6 @@
 //! What a service sets on its guard: the key header, the lease, the key hasher, the request
-//! schema, and the protocol (claim-first or write-once).
+//! schema, and the protocol (claim-first, write-once, or claim-committed-first with its longest
+//! handler).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -28,6 +29,10 @@ pub struct GuardConfig {
     /// When the ledger row is written: before the handler (the default), or once, finished, after
     /// it (only for handlers whose every effect is in the unit's transaction).
     pub mode: GuardMode,
+    /// How long a handler may run under [`GuardMode::ClaimCommittedFirst`], its claim's lease
+    /// renewed all the while: past it the renewals stop, and the handler is cut when the last
+    /// lease runs out. The other modes bound a unit of work by the lease itself.
+    pub longest_handler: Duration,
 }
 
 /// When the guard writes an operation's ledger row.
@@ -48,6 +53,18 @@ pub enum GuardMode {
     /// A finished operation is looked up before the handler runs, so a retry of one that already
     /// committed replays without running it.
     WriteOnceInTransactionOnly,
+    /// Commit the claim in a unit of its own before the handler runs, keep its lease alive while
+    /// the handler runs (renewed every third of the lease, fenced on the claim's version, for at
+    /// most [`GuardConfig::longest_handler`]), then run the handler's writes and the transition in
+    /// a second unit. For handlers that run longer than a lease, or whose effects outside the
+    /// transaction must not run twice even when the process dies mid-handler: every other attempt
+    /// sees the committed claim at once (ABORTED, retry after the lease left, instead of waiting
+    /// on a lock), and a claim whose owner died is taken over only once its lease ran out. The
+    /// price: two more commits per call (the claim's and each renewal's). A handler whose claim is
+    /// taken over or cannot be renewed before its lease runs out is cut, and its writes rolled
+    /// back. On a single-writer store (SQLite) a renewal waits for the write lock the handler's
+    /// own unit holds, so there the handler is protected by its first lease alone.
+    ClaimCommittedFirst,
 }
 
 impl GuardConfig {
@@ -59,6 +76,24 @@ impl GuardConfig {
             hasher,
             request_schema: Arc::new(request_schema),
             mode: GuardMode::ClaimFirst,
+            longest_handler: Duration::from_secs(10 * 60),
+        }
+    }
+
+    /// This configuration with handlers allowed to run `longest` under
+    /// [`GuardMode::ClaimCommittedFirst`].
+    pub fn with_longest_handler(mut self, longest: Duration) -> Self {
+        self.longest_handler = longest;
+        self
+    }
+
+    /// How long one guarded call's units of work may take in all before they are dropped (and so
+    /// rolled back): the lease, or under [`GuardMode::ClaimCommittedFirst`] the longest handler
+    /// and two leases (the last renewed one, and the transition's and commits' time after it).
+    pub(super) fn unit_time_bound(&self) -> Duration {
+        match self.mode {
+            GuardMode::ClaimCommittedFirst => self.longest_handler + 2 * self.lease.get(),
+            _ => self.lease.get(),
         }
     }
 

@@ -4,11 +4,14 @@
 //! steps around the handler have their module, `claim_first` (claim, then finish the claim) and
 //! `write_once` (look up, then record the finished operation once); `unit` runs one unit of work
 //! through either (begin, the step before, the handler, the step after, commit or roll back) in
-//! a task of its own. `config` is what a service sets; `handler` the types its handler speaks.
+//! a task of its own. `committed_claim` runs the third protocol, whose claim commits in a unit of
+//! its own before the handler, with `lease_keeper` renewing the claim while the handler runs. `config` is what a service sets; `handler` the types its handler speaks.
 
 mod claim_first;
+mod committed_claim;
 mod config;
 mod handler;
+mod lease_keeper;
 mod unit;
 mod write_once;
 
@@ -160,7 +163,7 @@ where
             .fingerprint_message(method, &message)?;
         let guard = self.clone();
         let method = method.clone();
-        to_the_end(self.config.lease.get(), async move {
+        to_the_end(self.config.unit_time_bound(), async move {
             guard
                 .run_unit(&method, identity, fingerprint, message, handler, replay)
                 .await

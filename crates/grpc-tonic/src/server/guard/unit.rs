@@ -41,15 +41,20 @@ where
         P: FnOnce(Arc<U::Transaction>, OutcomeReference) -> PF + Send,
         PF: Future<Output = Result<R, Status>> + Send,
     {
+        if self.config.mode == GuardMode::ClaimCommittedFirst {
+            return self
+                .run_with_committed_claim(method, identity, fingerprint, message, handler, replay)
+                .await;
+        }
         let started = Instant::now();
         let transaction = Arc::new(self.units.begin().await.map_err(Status::from)?);
         let before = match self.config.mode {
-            GuardMode::ClaimFirst => {
-                self.claim_first(&transaction, &identity, &fingerprint)
-                    .await
-            }
             GuardMode::WriteOnceInTransactionOnly => {
                 self.look_up_first(&transaction, &identity, &fingerprint)
+                    .await
+            }
+            _ => {
+                self.claim_first(&transaction, &identity, &fingerprint)
                     .await
             }
         };
@@ -70,17 +75,13 @@ where
             }
         };
         tracing::debug!(method = %method, claimed = claimed.is_some(), "running the handler");
-        let (completion, answer) = match handler(Arc::clone(&transaction), message).await {
-            Ok(Committed { response, outcome }) => {
-                (Completion::Committed(outcome), Ok(Response::new(response)))
+        let (completion, answer) = match recorded(handler(Arc::clone(&transaction), message).await)
+        {
+            Ok(recorded) => recorded,
+            Err(status) => {
+                self.roll_back(transaction).await;
+                return Err(status);
             }
-            Err(failed) => match terminal_failure(failed) {
-                Ok((failure, status)) => (Completion::Failed(failure), Err(status)),
-                Err(status) => {
-                    self.roll_back(transaction).await;
-                    return Err(status);
-                }
-            },
         };
         match claimed {
             Some(version) => {
@@ -107,7 +108,7 @@ where
     /// FAILED_PRECONDITION: a key reused for another request; or the store failing), counted and
     /// logged (the method, the caller's fingerprint, the code: never the key), with the unit
     /// rolled back.
-    async fn refused<R>(
+    pub(super) async fn refused<R>(
         &self,
         method: &GrpcMethod,
         caller: &CallerFingerprint,
@@ -179,6 +180,24 @@ where
         };
         if let Err(error) = self.units.rollback(transaction).await {
             tracing::warn!(%error, "rolling back a unit of work failed; the answer stands");
+        }
+    }
+}
+
+/// How the ledger records what a handler returned, with this caller's answer; `Err` is an answer
+/// that is not recorded (see [`terminal_failure`]): the unit is rolled back and the status is the
+/// answer.
+#[allow(clippy::type_complexity)]
+pub(super) fn recorded<R>(
+    handled: Result<Committed<R>, HandlerError>,
+) -> Result<(Completion, Result<Response<R>, Status>), Status> {
+    match handled {
+        Ok(Committed { response, outcome }) => {
+            Ok((Completion::Committed(outcome), Ok(Response::new(response))))
+        }
+        Err(failed) => {
+            let (failure, status) = terminal_failure(failed)?;
+            Ok((Completion::Failed(failure), Err(status)))
         }
     }
 }

@@ -1,0 +1,142 @@
+//! Claim-committed-first (for handlers with effects outside the unit's transaction, and handlers
+//! that run long): the claim commits in a unit of its own before the handler runs, so every other
+//! attempt sees it at once, and its lease is renewed while the handler runs; the handler's writes
+//! and the transition, fenced on the claim's version, commit together in a second unit.
+//!
+//! A process that dies mid-handler leaves its claim committed: no other attempt runs the handler
+//! until the last renewed lease has run out, and then exactly one takes it over (version + 1), the
+//! dead owner's transition fenced off should it ever come back.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use grpc_core_api::{
+    GrpcMethod, GrpcOperationIdentity, GrpcOperationLedger, LeaseDuration, LedgerUnitsOfWork,
+    OutcomeReference, RequestFingerprint, UnitPerCall, Version,
+};
+use prost::Message;
+use tokio::time::Instant;
+use tonic::{Response, Status};
+
+use super::lease_keeper::{KeptClaim, LeaseKeeper};
+use super::unit::{Before, recorded};
+use super::{Committed, HandlerError, KeyedMutationGuard};
+
+impl<U> KeyedMutationGuard<U>
+where
+    U: LedgerUnitsOfWork + 'static,
+{
+    /// The units of claim-committed-first: the claim, committed (or a replay, or a refusal); then
+    /// the handler in a unit of its own while the claim's lease is kept alive; then the transition
+    /// and the commit. A handler that fails transiently, or whose transition fails, releases the
+    /// claim so that a resend takes it over without waiting out the lease.
+    pub(super) async fn run_with_committed_claim<M, R, H, HF, P, PF>(
+        &self,
+        method: &GrpcMethod,
+        identity: GrpcOperationIdentity,
+        fingerprint: RequestFingerprint,
+        message: M,
+        handler: H,
+        replay: P,
+    ) -> Result<Response<R>, Status>
+    where
+        M: Message + Send,
+        R: Send,
+        H: FnOnce(Arc<U::Transaction>, M) -> HF + Send,
+        HF: Future<Output = Result<Committed<R>, HandlerError>> + Send,
+        P: FnOnce(Arc<U::Transaction>, OutcomeReference) -> PF + Send,
+        PF: Future<Output = Result<R, Status>> + Send,
+    {
+        let claim_sent = Instant::now();
+        let transaction = Arc::new(self.units.begin().await.map_err(Status::from)?);
+        let before = self
+            .claim_first(&transaction, &identity, &fingerprint)
+            .await;
+        if let Some(metrics) = &self.metrics {
+            metrics.claimed(method, claim_sent.elapsed());
+        }
+        let version = match before {
+            Ok(Before::RunHandler {
+                claimed: Some(version),
+            }) => version,
+            Ok(Before::RunHandler { claimed: None }) => {
+                self.roll_back(transaction).await;
+                return Err(Status::internal(
+                    "a claim ran the handler without a version",
+                ));
+            }
+            Ok(Before::Replay(record)) => {
+                return self
+                    .replay_and_roll_back(method, transaction, *record, replay)
+                    .await;
+            }
+            Err(status) => {
+                return self
+                    .refused(method, identity.caller(), transaction, status)
+                    .await;
+            }
+        };
+        self.commit(transaction).await?;
+
+        let mut keeper = LeaseKeeper::start(
+            Arc::clone(&self.units),
+            KeptClaim {
+                identity: identity.clone(),
+                version,
+                lease: self.config.lease,
+                claim_sent,
+                longest_handler: self.config.longest_handler,
+            },
+        );
+        let transaction = match self.units.begin().await {
+            Ok(transaction) => Arc::new(transaction),
+            Err(error) => {
+                keeper.stop().await;
+                self.release(&identity, version).await;
+                return Err(error.into());
+            }
+        };
+        tracing::debug!(method = %method, "running the handler under a committed claim");
+        let handled = tokio::select! {
+            cut = keeper.cut() => Err(cut),
+            handled = handler(Arc::clone(&transaction), message) => Ok(handled),
+        };
+        keeper.stop().await;
+        let (completion, answer) = match handled.and_then(recorded) {
+            Ok(recorded) => recorded,
+            Err(status) => {
+                tracing::info!(
+                    method = %method,
+                    caller = %identity.caller(),
+                    code = ?status.code(),
+                    "the handler's work was rolled back under a committed claim"
+                );
+                self.roll_back(transaction).await;
+                self.release(&identity, version).await;
+                return Err(status);
+            }
+        };
+        match self
+            .complete(transaction, &identity, version, &completion)
+            .await
+        {
+            Ok(()) => answer,
+            Err(status) => {
+                self.release(&identity, version).await;
+                Err(status)
+            }
+        }
+    }
+
+    /// Hands a claim this guard gave up on to the next attempt at once (a renewal to the shortest
+    /// lease, fenced on the version, so it never touches a claim another attempt took over or a
+    /// finished operation). If it fails, the claim's lease runs out by itself.
+    async fn release(&self, identity: &GrpcOperationIdentity, version: Version) {
+        let released = UnitPerCall::new(Arc::clone(&self.units))
+            .renew_lease(identity, version, LeaseDuration::SHORTEST)
+            .await;
+        if let Err(error) = released {
+            tracing::debug!(%error, "a claim given up was not released; its lease will run out");
+        }
+    }
+}
