@@ -90,6 +90,9 @@ pub enum LedgerDurability {
 /// - `purge` MUST delete at most `limit` rows that are `COMMITTED` or `FAILED_TERMINAL` and
 ///   completed more than `retention` ago by the store's clock (never the caller's), MUST NOT
 ///   delete an `IN_PROGRESS` row, and returns the count.
+/// - `census(retention)` MUST count, in one read and by the store's clock, the operations in
+///   progress, those of them whose lease has run out, the age of the oldest in progress, and the
+///   finished operations completed more than `retention` ago (what `purge` has yet to delete).
 /// - `durability` MUST be `Durable` only if records survive a process restart.
 #[cfg_attr(feature = "mock", mockall::automock)]
 #[async_trait]
@@ -179,12 +182,48 @@ pub trait GrpcOperationLedger: Send + Sync {
         identity: &GrpcOperationIdentity,
     ) -> Result<Option<(OperationRecord, Duration)>, LedgerError>;
 
+    /// Counts the operations as gauges and an operator's overview need them (see the trait's
+    /// contract): never a key, a row or anything but counts and an age.
+    async fn census(&self, retention: Duration) -> Result<LedgerCensus, LedgerError>;
+
     /// Deletes at most `limit` finished operations completed more than `retention` ago by the
     /// store's clock.
     async fn purge(&self, retention: Duration, limit: NonZeroU32) -> Result<u64, LedgerError>;
 
     /// Whether records survive a restart.
     fn durability(&self) -> LedgerDurability;
+}
+
+/// A ledger's operations counted by the store's clock ([`GrpcOperationLedger::census`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct LedgerCensus {
+    /// Operations claimed and not finished.
+    pub in_progress: u64,
+    /// Operations in progress whose lease has run out: their owner died or hangs, and the next
+    /// resend under their key takes them over.
+    pub expired_leases: u64,
+    /// The age of the oldest operation in progress (`None` when there is none).
+    pub oldest_in_progress: Option<Duration>,
+    /// Finished operations completed longer than the retention ago: what purge has yet to delete.
+    pub past_retention: u64,
+}
+
+impl LedgerCensus {
+    /// A census of these counts.
+    pub fn new(
+        in_progress: u64,
+        expired_leases: u64,
+        oldest_in_progress: Option<Duration>,
+        past_retention: u64,
+    ) -> Self {
+        Self {
+            in_progress,
+            expired_leases,
+            oldest_in_progress,
+            past_retention,
+        }
+    }
 }
 
 /// Units of work on a ledger's store, each with the ledger bound to it: what a server-side guard

@@ -44,7 +44,8 @@ pub use key::{IdempotencyKey, IdempotencyKeyHash, KeyHasher};
 #[cfg(feature = "mock")]
 pub use ledger::MockGrpcOperationLedger;
 pub use ledger::{
-    GrpcOperationLedger, LedgerDurability, LedgerUnitsOfWork, record_by_claim, unmatched_transition,
+    GrpcOperationLedger, LedgerCensus, LedgerDurability, LedgerUnitsOfWork, record_by_claim,
+    unmatched_transition,
 };
 pub use method::GrpcMethod;
 pub use record::{

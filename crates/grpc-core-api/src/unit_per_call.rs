@@ -7,8 +7,8 @@ use async_trait::async_trait;
 
 use crate::{
     ClaimOutcome, Completion, GrpcOperationIdentity, GrpcOperationLedger, LeaseDuration,
-    LedgerDurability, LedgerError, LedgerUnitsOfWork, OperationRecord, OutcomeReference,
-    RecordOutcome, RecordedFailure, RequestFingerprint, Version,
+    LedgerCensus, LedgerDurability, LedgerError, LedgerUnitsOfWork, OperationRecord,
+    OutcomeReference, RecordOutcome, RecordedFailure, RequestFingerprint, Version,
 };
 
 /// The ledger on `U`'s store with each call in a unit of work of its own: begun, run, then
@@ -150,6 +150,12 @@ impl<U: LedgerUnitsOfWork> GrpcOperationLedger for UnitPerCall<U> {
     ) -> Result<Option<(OperationRecord, Duration)>, LedgerError> {
         let transaction = self.units.begin().await?;
         let answer = self.units.ledger(&transaction).look_up(identity).await;
+        self.finish(transaction, answer).await
+    }
+
+    async fn census(&self, retention: Duration) -> Result<LedgerCensus, LedgerError> {
+        let transaction = self.units.begin().await?;
+        let answer = self.units.ledger(&transaction).census(retention).await;
         self.finish(transaction, answer).await
     }
 

@@ -24,8 +24,8 @@ struct Recorded {
     exporter: InMemoryMetricExporter,
 }
 
-/// One data point: its labels (`name=value`, sorted) and its value (a sum, or a histogram's
-/// count and sum).
+/// One data point: its labels (`name=value`, sorted) and its value (a sum or an integer gauge's
+/// value, a histogram's count and sum, or a float gauge's value second).
 type Points = BTreeMap<String, Vec<(Vec<String>, (u64, f64))>>;
 
 impl Recorded {
@@ -71,6 +71,16 @@ impl Recorded {
                     AggregatedMetrics::U64(MetricData::Sum(s)) => {
                         for p in s.data_points() {
                             entry.push((labels(&mut p.attributes()), (p.value(), 0.0)));
+                        }
+                    }
+                    AggregatedMetrics::U64(MetricData::Gauge(g)) => {
+                        for p in g.data_points() {
+                            entry.push((labels(&mut p.attributes()), (p.value(), 0.0)));
+                        }
+                    }
+                    AggregatedMetrics::F64(MetricData::Gauge(g)) => {
+                        for p in g.data_points() {
+                            entry.push((labels(&mut p.attributes()), (0, p.value())));
                         }
                     }
                     other => panic!("unexpected data for {}: {other:?}", metric.name()),
@@ -319,5 +329,93 @@ async fn the_retention_worker_records_rows_purged_and_how_each_pass_ended() {
             ("grpc.ledger.retention.outcome=backlogged".to_owned(), 1),
             ("grpc.ledger.retention.outcome=complete".to_owned(), 1),
         ])
+    );
+}
+
+/// The census gauges, from the retention worker's census after each pass: operations in progress
+/// (one of them with its lease run out), the oldest one's age, and what purge has yet to delete,
+/// falling to zero as the passes catch up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_retention_worker_reports_the_ledger_census_as_gauges() {
+    use grpc_core_api::{
+        CallerFingerprint, ClaimOutcome, Completion, GrpcOperationIdentity, GrpcOperationLedger,
+        IdempotencyKey, LeaseDuration, RequestFingerprint,
+    };
+    use grpc_tonic::RetentionConfig;
+
+    let recorded = Recorded::new();
+    let store = InMemoryStore::new(Duration::from_millis(50));
+    let claim = async |key: &str, lease_ms: u64, finish: bool| {
+        let identity = GrpcOperationIdentity::new(
+            CallerFingerprint::from_principal(b"tenant"),
+            GrpcMethod::parse(METHOD).unwrap(),
+            KeyHasher::Sha256.hash(&IdempotencyKey::parse(key).unwrap()),
+        );
+        let unit = store.begin_unit();
+        let ledger = unit.ledger();
+        let lease = LeaseDuration::new(Duration::from_millis(lease_ms)).unwrap();
+        let ClaimOutcome::Claimed { version, .. } = ledger
+            .claim(&identity, &RequestFingerprint::of(b"r"), lease)
+            .await
+            .unwrap()
+        else {
+            panic!("a fresh claim");
+        };
+        if finish {
+            let done = Completion::Committed(OutcomeReference::parse("done").unwrap());
+            ledger
+                .mark_finished(&identity, version, &done)
+                .await
+                .unwrap();
+        }
+        unit.commit_unit();
+    };
+    for n in 0..5 {
+        claim(&format!("done-{n}"), 30_000, true).await;
+    }
+    claim("running", 30_000, false).await;
+    claim("dead", 1, false).await;
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let config = GuardConfig::new(
+        KeyHasher::Sha256,
+        RequestSchema::from_file_descriptor_set(DESCRIPTOR_SET).unwrap(),
+    );
+    let worker = KeyedMutationGuard::new(store, config)
+        .retention_worker(
+            RetentionConfig::new(Duration::from_millis(10))
+                .with_batch(std::num::NonZeroU32::new(2).unwrap())
+                .with_max_batches(1),
+        )
+        .with_meter(&recorded.meter());
+    let gauge = |points: &Points, name: &str| -> (u64, f64) {
+        let values = &points[name];
+        assert_eq!(values.len(), 1, "{name}: one unlabelled point");
+        values[0].1
+    };
+
+    worker.run_once().await.unwrap();
+    let points = recorded.points();
+    assert_eq!(gauge(&points, "grpc.server.ledger.in_progress").0, 2);
+    assert_eq!(gauge(&points, "grpc.server.ledger.expired_leases").0, 1);
+    assert_eq!(
+        gauge(&points, "grpc.server.ledger.past_retention").0,
+        3,
+        "5 past, 2 purged"
+    );
+    let oldest = gauge(&points, "grpc.server.ledger.oldest_in_progress.age").1;
+    assert!(oldest > 0.0 && oldest < 60.0, "{oldest} s");
+
+    worker.run_once().await.unwrap();
+    worker.run_once().await.unwrap();
+    let points = recorded.points();
+    assert_eq!(
+        gauge(&points, "grpc.server.ledger.past_retention").0,
+        0,
+        "purge caught up"
+    );
+    assert_eq!(
+        gauge(&points, "grpc.server.ledger.in_progress").0,
+        2,
+        "never purged"
     );
 }

@@ -18,7 +18,7 @@ use async_trait::async_trait;
 use grpc_core_api::store_errors::{During, from_sqlstate};
 use grpc_core_api::{
     ClaimOutcome, Completion, GrpcOperationIdentity, GrpcOperationLedger, LeaseDuration,
-    LedgerDurability, LedgerError, OperationRecord, OperationState, OutcomeReference,
+    LedgerCensus, LedgerDurability, LedgerError, OperationRecord, OperationState, OutcomeReference,
     RecordedFailure, RequestFingerprint, UnavailableKind, Version, unmatched_transition,
 };
 use sqlx::postgres::{PgPool, PgRow};
@@ -108,6 +108,20 @@ const RENEW_LEASE: &str = concat!(
     now!(),
     " + $5 WHERE caller = $1 AND method = $2 AND key_hash = $3 \
      AND state = 'IN_PROGRESS' AND version = $4"
+);
+
+/// The counts a census answers, in one read by the store's clock (case
+/// `census_counts_by_the_stores_clock`).
+const CENSUS: &str = concat!(
+    "SELECT COUNT(*) FILTER (WHERE state = 'IN_PROGRESS'), \
+     COUNT(*) FILTER (WHERE state = 'IN_PROGRESS' AND lease_expires_at <= ",
+    now!(),
+    "), ",
+    now!(),
+    " - MIN(claimed_at) FILTER (WHERE state = 'IN_PROGRESS'), \
+     COUNT(*) FILTER (WHERE state <> 'IN_PROGRESS' AND completed_at < ",
+    now!(),
+    " - $1) FROM sqlx_ledger"
 );
 
 const PURGE: &str = concat!(
@@ -366,6 +380,25 @@ impl GrpcOperationLedger for SqlxLedger {
             };
             (record, Duration::from_millis(left as u64))
         }))
+    }
+
+    async fn census(&self, retention: Duration) -> Result<LedgerCensus, LedgerError> {
+        let retention = i64::try_from(retention.as_millis()).unwrap_or(i64::MAX);
+        let (in_progress, expired, oldest, past_retention): (i64, i64, Option<i64>, i64) =
+            on_connection!(self, |conn| {
+                sqlx::query_as(CENSUS)
+                    .bind(retention)
+                    .fetch_one(conn)
+                    .await
+                    .map_err(store_error(During::Other))
+            })?;
+        let count = |n: i64| u64::try_from(n).unwrap_or(0);
+        Ok(LedgerCensus::new(
+            count(in_progress),
+            count(expired),
+            oldest.map(|age| Duration::from_millis(count(age))),
+            count(past_retention),
+        ))
     }
 
     async fn purge(&self, retention: Duration, limit: NonZeroU32) -> Result<u64, LedgerError> {

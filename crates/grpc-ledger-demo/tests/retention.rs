@@ -71,15 +71,30 @@ async fn run_then_purge(store: &Store, run_id: &str) {
     let replicas: Vec<_> = (0..3)
         .map(|_| {
             let worker = service.retention_worker(config);
-            tokio::spawn(async move { worker.run_once().await.unwrap() })
+            tokio::spawn(async move { (worker.run_once().await.unwrap(), worker.stats()) })
         })
         .collect();
     let mut purged = 0;
+    let mut censuses = Vec::new();
     for replica in replicas {
-        let pass = replica.await.unwrap();
+        let (pass, stats) = replica.await.unwrap();
         assert!(!pass.backlogged);
         purged += pass.purged as i64;
+        censuses.push(stats.census().expect("each pass ends with a census"));
     }
+    // The census of the last pass to end saw every finished operation gone; each one counted the
+    // operations still in progress.
+    for census in &censuses {
+        assert_eq!(census.in_progress as i64, stuck, "{census:?}");
+    }
+    let after = service.retention_worker(config.with_max_batches(1));
+    after.run_once().await.unwrap();
+    let census = after.stats().census().unwrap();
+    assert_eq!(
+        census.past_retention, 0,
+        "nothing left for purge: {census:?}"
+    );
+    assert_eq!(census.oldest_in_progress.is_some(), stuck > 0, "{census:?}");
     assert_eq!(
         purged,
         before - stuck,

@@ -9,8 +9,8 @@ use std::time::{Duration, SystemTime};
 use async_trait::async_trait;
 use grpc_core_api::{
     ClaimOutcome, Completion, GrpcOperationIdentity, GrpcOperationLedger, LeaseDuration,
-    LedgerDurability, LedgerError, OperationRecord, OutcomeReference, RecordedFailure,
-    RequestFingerprint, UnavailableKind, Version,
+    LedgerCensus, LedgerDurability, LedgerError, OperationRecord, OutcomeReference,
+    RecordedFailure, RequestFingerprint, UnavailableKind, Version,
 };
 
 use crate::store::{InMemoryStore, Lock, Shared, millis_since_epoch};
@@ -374,6 +374,31 @@ impl GrpcOperationLedger for InMemoryOperationLedger {
             };
             (record, left)
         }))
+    }
+
+    /// Counts the committed rows (a unit's own uncommitted writes are not counted), by the
+    /// process's clock.
+    async fn census(&self, retention: Duration) -> Result<LedgerCensus, LedgerError> {
+        let now = SystemTime::now();
+        let committed = self.shared.committed();
+        let mut census = LedgerCensus::default();
+        for row in committed.rows.values() {
+            match row.completed_at() {
+                None => {
+                    census.in_progress += 1;
+                    if row.lease_expires_at <= now {
+                        census.expired_leases += 1;
+                    }
+                    let age = now.duration_since(row.claimed_at).unwrap_or_default();
+                    census.oldest_in_progress = census.oldest_in_progress.max(Some(age));
+                }
+                Some(at) if now.duration_since(at).is_ok_and(|age| age > retention) => {
+                    census.past_retention += 1;
+                }
+                Some(_) => {}
+            }
+        }
+        Ok(census)
     }
 
     /// Deletes committed rows directly: purge in the double is not part of a unit of work.

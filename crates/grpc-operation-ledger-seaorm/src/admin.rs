@@ -9,8 +9,8 @@
 use std::time::Duration;
 
 use grpc_core_api::{
-    CallerFingerprint, GrpcMethod, GrpcOperationIdentity, IdempotencyKeyHash, LedgerError,
-    OperationState,
+    CallerFingerprint, GrpcMethod, GrpcOperationIdentity, IdempotencyKeyHash, LedgerCensus,
+    LedgerError, OperationState,
 };
 use sea_orm::{ConnectionTrait, DbBackend, QueryResult, Statement, Value};
 
@@ -116,20 +116,7 @@ pub struct ListedOperation {
 /// The counts, the oldest operation in progress and the size of the ledger table on `db`.
 pub async fn ledger_stats<C: ConnectionTrait>(db: &C) -> Result<LedgerStats, LedgerError> {
     let backend = db.get_database_backend();
-    let now = supported(backend)?;
-    let sql = format!(
-        "SELECT \
-         COUNT(CASE WHEN state = 'IN_PROGRESS' THEN 1 END), \
-         COUNT(CASE WHEN state = 'COMMITTED' THEN 1 END), \
-         COUNT(CASE WHEN state = 'FAILED_TERMINAL' THEN 1 END), \
-         COUNT(CASE WHEN state = 'IN_PROGRESS' AND lease_expires_at <= {now} THEN 1 END), \
-         {now} - MIN(CASE WHEN state = 'IN_PROGRESS' THEN claimed_at END) \
-         FROM grpc_operation_ledger"
-    );
-    let row = one_row(db, Statement::from_string(backend, sql)).await?;
-    let count =
-        |i| -> Result<u64, LedgerError> { Ok(u64::try_from(get::<i64>(&row, i)?).unwrap_or(0)) };
-    let oldest = get::<Option<i64>>(&row, 4)?.map(millis);
+    let counted = count_operations(db, Duration::ZERO).await?;
     let storage = match backend {
         DbBackend::Postgres => "SELECT pg_total_relation_size('grpc_operation_ledger')::BIGINT",
         DbBackend::MySql => {
@@ -140,12 +127,62 @@ pub async fn ledger_stats<C: ConnectionTrait>(db: &C) -> Result<LedgerStats, Led
     };
     let size = one_row(db, Statement::from_string(backend, storage)).await?;
     Ok(LedgerStats {
-        in_progress: count(0)?,
+        in_progress: counted.census.in_progress,
+        committed: counted.committed,
+        failed_terminal: counted.failed_terminal,
+        expired_leases: counted.census.expired_leases,
+        oldest_in_progress: counted.census.oldest_in_progress,
+        storage_bytes: get::<Option<i64>>(&size, 0)?.and_then(|bytes| u64::try_from(bytes).ok()),
+    })
+}
+
+/// Every count of the ledger table, in one aggregate read by the store's clock.
+pub(crate) struct Counted {
+    /// What the port's `census` answers.
+    pub(crate) census: LedgerCensus,
+    /// Operations committed.
+    pub(crate) committed: u64,
+    /// Operations failed terminally.
+    pub(crate) failed_terminal: u64,
+}
+
+/// The counts on `db`: by state, expired leases, the oldest in progress, and finished operations
+/// completed more than `retention` ago. One scan of the table: the port's `census` (the retention
+/// worker's gauges) and `grpc-ledger stats` both read it.
+pub(crate) async fn count_operations<C: ConnectionTrait>(
+    db: &C,
+    retention: Duration,
+) -> Result<Counted, LedgerError> {
+    let backend = db.get_database_backend();
+    let now = supported(backend)?;
+    let template = format!(
+        "SELECT \
+         COUNT(CASE WHEN state = 'IN_PROGRESS' THEN 1 END), \
+         COUNT(CASE WHEN state = 'COMMITTED' THEN 1 END), \
+         COUNT(CASE WHEN state = 'FAILED_TERMINAL' THEN 1 END), \
+         COUNT(CASE WHEN state = 'IN_PROGRESS' AND lease_expires_at <= {now} THEN 1 END), \
+         {now} - MIN(CASE WHEN state = 'IN_PROGRESS' THEN claimed_at END), \
+         COUNT(CASE WHEN state <> 'IN_PROGRESS' AND completed_at < {now} - $1 THEN 1 END) \
+         FROM grpc_operation_ledger"
+    );
+    let sql = crate::sql::in_dialect(backend, &template).unwrap_or(template);
+    let retention_ms = i64::try_from(retention.as_millis()).unwrap_or(i64::MAX);
+    let row = one_row(
+        db,
+        Statement::from_sql_and_values(backend, sql, [retention_ms.into()]),
+    )
+    .await?;
+    let count =
+        |i| -> Result<u64, LedgerError> { Ok(u64::try_from(get::<i64>(&row, i)?).unwrap_or(0)) };
+    Ok(Counted {
+        census: LedgerCensus::new(
+            count(0)?,
+            count(3)?,
+            get::<Option<i64>>(&row, 4)?.map(millis),
+            count(5)?,
+        ),
         committed: count(1)?,
         failed_terminal: count(2)?,
-        expired_leases: count(3)?,
-        oldest_in_progress: oldest,
-        storage_bytes: get::<Option<i64>>(&size, 0)?.and_then(|bytes| u64::try_from(bytes).ok()),
     })
 }
 

@@ -6,7 +6,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use async_trait::async_trait;
 use grpc_core_api::{
     ClaimOutcome, Completion, GrpcOperationIdentity, GrpcOperationLedger, LeaseDuration,
-    LedgerDurability, LedgerError, OperationRecord, OperationState, OutcomeReference,
+    LedgerCensus, LedgerDurability, LedgerError, OperationRecord, OperationState, OutcomeReference,
     RecordOutcome, RecordedFailure, RequestFingerprint, Version, record_by_claim,
     unmatched_transition,
 };
@@ -567,6 +567,12 @@ where
                 };
                 (record, Duration::from_millis(left as u64))
             }))
+    }
+
+    async fn census(&self, retention: Duration) -> Result<LedgerCensus, LedgerError> {
+        Ok(crate::admin::count_operations(self.connection(), retention)
+            .await?
+            .census)
     }
 
     async fn purge(&self, retention: Duration, limit: NonZeroU32) -> Result<u64, LedgerError> {

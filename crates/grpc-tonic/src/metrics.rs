@@ -166,20 +166,80 @@ mod otel {
 
 #[cfg(feature = "opentelemetry")]
 mod retention_otel {
+    use std::sync::Arc;
+
     use opentelemetry::KeyValue;
-    use opentelemetry::metrics::{Counter, Meter};
+    use opentelemetry::metrics::{Counter, Meter, ObservableGauge};
 
     use super::PassEnd;
+    use crate::RetentionStats;
 
-    /// The retention worker's instruments.
+    /// The retention worker's instruments: counters it adds to after each pass, and gauges read
+    /// from its last census when the meter's reader collects.
     #[derive(Debug, Clone)]
     pub(crate) struct RetentionMetrics {
         purged: Counter<u64>,
         passes: Counter<u64>,
+        /// Kept so that the gauges' callbacks live as long as the worker.
+        _gauges: Arc<CensusGauges>,
+    }
+
+    /// The census gauges: in progress, expired leases, the oldest's age, past retention.
+    #[derive(Debug)]
+    struct CensusGauges {
+        _in_progress: ObservableGauge<u64>,
+        _expired_leases: ObservableGauge<u64>,
+        _oldest_age: ObservableGauge<f64>,
+        _past_retention: ObservableGauge<u64>,
     }
 
     impl RetentionMetrics {
-        pub(crate) fn new(meter: &Meter) -> Self {
+        pub(crate) fn new(meter: &Meter, stats: Arc<RetentionStats>) -> Self {
+            let counted = |read: fn(&grpc_core_api::LedgerCensus) -> u64| {
+                let stats = Arc::clone(&stats);
+                move |observer: &dyn opentelemetry::metrics::AsyncInstrument<u64>| {
+                    if let Some(census) = stats.census() {
+                        observer.observe(read(&census), &[]);
+                    }
+                }
+            };
+            let in_progress = meter
+                .u64_observable_gauge("grpc.server.ledger.in_progress")
+                .with_unit("{operation}")
+                .with_description("Operations claimed and not finished, at the last census.")
+                .with_callback(counted(|census| census.in_progress))
+                .build();
+            let expired = meter
+                .u64_observable_gauge("grpc.server.ledger.expired_leases")
+                .with_unit("{operation}")
+                .with_description(
+                    "Operations in progress whose lease has run out (a dead or hung handler), at the last census.",
+                )
+                .with_callback(counted(|census| census.expired_leases))
+                .build();
+            let oldest = {
+                let stats = Arc::clone(&stats);
+                meter
+                    .f64_observable_gauge("grpc.server.ledger.oldest_in_progress.age")
+                    .with_unit("s")
+                    .with_description(
+                        "Age of the oldest operation in progress, at the last census.",
+                    )
+                    .with_callback(move |observer| {
+                        if let Some(age) = stats.census().and_then(|c| c.oldest_in_progress) {
+                            observer.observe(age.as_secs_f64(), &[]);
+                        }
+                    })
+                    .build()
+            };
+            let past_retention = meter
+                .u64_observable_gauge("grpc.server.ledger.past_retention")
+                .with_unit("{operation}")
+                .with_description(
+                    "Finished operations past the retention window that purge has yet to delete, at the last census.",
+                )
+                .with_callback(counted(|census| census.past_retention))
+                .build();
             Self {
                 purged: meter
                     .u64_counter("grpc.server.ledger.purged")
@@ -195,6 +255,12 @@ mod retention_otel {
                         "Retention passes, by how they ended (complete, backlogged: stopped at the batch limit with rows left, failed).",
                     )
                     .build(),
+                _gauges: Arc::new(CensusGauges {
+                    _in_progress: in_progress,
+                    _expired_leases: expired,
+                    _oldest_age: oldest,
+                    _past_retention: past_retention,
+                }),
             }
         }
 

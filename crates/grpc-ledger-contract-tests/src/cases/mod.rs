@@ -10,9 +10,9 @@ use std::time::{Duration, Instant};
 
 use grpc_core_api::{
     CallerFingerprint, ClaimOutcome, Completion, GrpcMethod, GrpcOperationIdentity,
-    GrpcOperationLedger, IdempotencyKey, KeyHasher, LeaseDuration, LedgerError, OperationRecord,
-    OperationState, OutcomeReference, RecordOutcome, RecordedFailure, RequestFingerprint,
-    UnavailableKind, Version,
+    GrpcOperationLedger, IdempotencyKey, KeyHasher, LeaseDuration, LedgerCensus, LedgerError,
+    OperationRecord, OperationState, OutcomeReference, RecordOutcome, RecordedFailure,
+    RequestFingerprint, UnavailableKind, Version,
 };
 
 use std::io::Write;
@@ -503,6 +503,7 @@ suite!(
     claims_are_bounded_behind_a_table_lock,
     killed_connection_is_unavailable_and_retry_succeeds,
     purge_deletes_only_old_finished_rows,
+    census_counts_by_the_stores_clock,
     bad_input_never_writes_a_row,
     record_finished_writes_once_and_replays,
     record_finished_with_another_request_is_refused,

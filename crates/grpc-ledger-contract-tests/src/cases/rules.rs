@@ -59,6 +59,9 @@ pub enum Rule {
     ContentionIsRetryable,
     /// Purge deletes at most `limit` finished rows older than the retention, never IN_PROGRESS.
     PurgeOnlyOldFinished,
+    /// `census` counts in progress, expired leases, the oldest's age and finished rows past the
+    /// retention, by the store's clock.
+    CensusCounts,
     /// The store itself refuses rows a replay could not use (CHECK constraints).
     StoreRefusesIllegalRows,
     /// Sixteen starts at once (each on connections of its own) all migrate, and the ledger then
@@ -99,6 +102,7 @@ impl Rule {
         Rule::LostConnectionIsUnavailable,
         Rule::ContentionIsRetryable,
         Rule::PurgeOnlyOldFinished,
+        Rule::CensusCounts,
         Rule::StoreRefusesIllegalRows,
         Rule::ConcurrentMigrations,
         Rule::BoundParameters,
@@ -134,6 +138,7 @@ impl Rule {
             Rule::LostConnectionIsUnavailable => "lost-connection-is-unavailable",
             Rule::ContentionIsRetryable => "contention-is-retryable",
             Rule::PurgeOnlyOldFinished => "purge-only-old-finished",
+            Rule::CensusCounts => "census-counts",
             Rule::StoreRefusesIllegalRows => "store-refuses-illegal-rows",
             Rule::ConcurrentMigrations => "concurrent-migrations",
             Rule::BoundParameters => "bound-parameters",
@@ -240,6 +245,11 @@ impl Rule {
             Rule::PurgeOnlyOldFinished => {
                 "purge deletes at most `limit` finished rows completed longer than the retention \
                  ago by the store's clock, and never an IN_PROGRESS row"
+            }
+            Rule::CensusCounts => {
+                "census counts, by the store's clock, the operations in progress, those whose \
+                 lease ran out, the oldest one's age, and the finished operations completed \
+                 longer than the retention ago (never one in progress)"
             }
             Rule::StoreRefusesIllegalRows => {
                 "the store itself refuses rows a replay could not use (unknown state, COMMITTED \

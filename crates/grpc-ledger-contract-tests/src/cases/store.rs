@@ -1,6 +1,66 @@
-//! The store itself: purging, rows it could not replay, migrations, and bad input.
+//! The store itself: purging, counting, rows it could not replay, migrations, and bad input.
 
 use super::*;
+
+/// Rule [`Rule::CensusCounts`]: `census` counts what gauges show, by the store's clock: the
+/// operations in progress, those whose lease ran out, the oldest one's age, and the finished ones
+/// past the retention (in progress never counts there, however old).
+pub async fn census_counts_by_the_stores_clock<F: LedgerFixture>(fixture: &F) {
+    let store = fixture.fresh_store().await;
+    let ledger = store.autocommit();
+    let rule = Rule::CensusCounts;
+    let empty = expect_ok(
+        ledger.census(Duration::ZERO).await,
+        at_store(rule, "count an empty ledger"),
+    );
+    at_store(rule, "count an empty ledger").eq(empty, LedgerCensus::default());
+
+    let live = identity("tenant-a", CREATE, "census-live");
+    let lapsing = identity("tenant-a", CREATE, "census-lapsing");
+    claim_new(&*ledger, &live, LONG).await;
+    claim_new(&*ledger, &lapsing, 100).await;
+    claim_and_commit(&*ledger, &identity("tenant-a", CREATE, "census-done"), "p").await;
+    let failed = identity("tenant-a", CREATE, "census-failed");
+    let version = claim_new(&*ledger, &failed, LONG).await;
+    let marked = ledger.mark_failed(&failed, version, &failure("no")).await;
+    expect_ok(
+        marked,
+        at(Rule::TransitionRecords, "fail the claim", &failed),
+    );
+
+    let step = "count within an hour's retention";
+    let census = expect_ok(
+        ledger.census(Duration::from_secs(3600)).await,
+        at_store(rule, step),
+    );
+    at_store(rule, step).eq(census.in_progress, 2);
+    at_store(rule, step).eq(census.past_retention, 0);
+    at_store(rule, step).check(
+        matches!(census.oldest_in_progress, Some(age) if age < Duration::from_secs(60)),
+        "the oldest in progress, claimed moments ago",
+        census.oldest_in_progress,
+    );
+
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let step = "count 400 ms later with a 100 ms retention";
+    let census = expect_ok(
+        ledger.census(Duration::from_millis(100)).await,
+        at_store(rule, step),
+    );
+    at_store(rule, step).eq(
+        (
+            census.in_progress,
+            census.expired_leases,
+            census.past_retention,
+        ),
+        (2, 1, 2),
+    );
+    at_store(rule, step).check(
+        matches!(census.oldest_in_progress, Some(age) if age >= Duration::from_millis(300) && age < Duration::from_secs(60)),
+        "the oldest in progress at least 300 ms old",
+        census.oldest_in_progress,
+    );
+}
 
 /// Rule [`Rule::PurgeOnlyOldFinished`]: `purge` deletes only finished rows completed more than
 /// the retention ago by the store's clock, at most `limit`, never an in-progress one.

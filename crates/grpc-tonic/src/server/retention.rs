@@ -7,7 +7,9 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use grpc_core_api::{LedgerError, LedgerUnitsOfWork};
+use grpc_core_api::{
+    GrpcOperationLedger, LedgerCensus, LedgerError, LedgerUnitsOfWork, UnitPerCall,
+};
 use grpc_policy::{RandomSource, SplitMix64};
 
 use crate::metrics::{PassEnd, RetentionMetrics};
@@ -32,6 +34,10 @@ pub struct RetentionConfig {
     /// The most batches in one pass: a backlog is worked off over several passes rather than in
     /// one long burst.
     pub max_batches: u32,
+    /// Whether each pass ends with a census of the ledger (operations in progress, expired
+    /// leases, the oldest in progress, finished ones past the retention) for
+    /// [`RetentionStats::census`] and the gauges: one aggregate read of the whole table per pass.
+    pub census: bool,
 }
 
 impl RetentionConfig {
@@ -43,7 +49,15 @@ impl RetentionConfig {
             interval: Duration::from_secs(60),
             batch: NonZeroU32::new(1000).expect("1000 is not zero"),
             max_batches: 100,
+            census: true,
         }
+    }
+
+    /// No census after each pass: for a table so large that one aggregate read a pass costs more
+    /// than the gauges are worth (the gauges then report nothing).
+    pub fn without_census(mut self) -> Self {
+        self.census = false;
+        self
     }
 
     /// The time between passes (jittered by up to a fifth either way).
@@ -73,9 +87,20 @@ pub struct RetentionStats {
     passes: AtomicU64,
     failed_passes: AtomicU64,
     backlogged_passes: AtomicU64,
+    census: Mutex<Option<LedgerCensus>>,
 }
 
 impl RetentionStats {
+    /// The ledger as the last pass's census counted it, by the store's clock; `None` before the
+    /// first census, when the last one failed (a stale count would mislead), or without censuses.
+    pub fn census(&self) -> Option<LedgerCensus> {
+        *self.census.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn counted(&self, census: Option<LedgerCensus>) {
+        *self.census.lock().unwrap_or_else(|p| p.into_inner()) = census;
+    }
+
     /// Rows deleted, over every pass.
     pub fn purged(&self) -> u64 {
         self.purged.load(Ordering::Relaxed)
@@ -139,10 +164,15 @@ where
 
     /// Records the worker's work with `meter`: `grpc.server.ledger.purged` (operations deleted)
     /// and `grpc.server.ledger.retention.passes` by `grpc.ledger.retention.outcome` (`complete`,
-    /// `backlogged`: retention lags, `failed`).
+    /// `backlogged`: retention lags, `failed`); and, from each pass's census, the gauges
+    /// `grpc.server.ledger.in_progress`, `grpc.server.ledger.expired_leases` (in progress with
+    /// their lease run out: a dead or hung handler), `grpc.server.ledger.oldest_in_progress.age`
+    /// (seconds) and `grpc.server.ledger.past_retention` (finished operations purge has yet to
+    /// delete: it falls back towards zero after each pass when retention keeps up). The gauges
+    /// report nothing while there is no fresh census.
     #[cfg(feature = "opentelemetry")]
     pub fn with_meter(mut self, meter: &opentelemetry::metrics::Meter) -> Self {
-        self.metrics = Some(RetentionMetrics::new(meter));
+        self.metrics = Some(RetentionMetrics::new(meter, Arc::clone(&self.stats)));
         self
     }
 
@@ -179,6 +209,9 @@ where
             };
             metrics.record(pass.purged, end);
         }
+        if self.config.census {
+            self.take_census().await;
+        }
         match outcome {
             Ok(()) => {
                 if pass.backlogged {
@@ -189,6 +222,24 @@ where
             Err(error) => {
                 self.stats.failed_passes.fetch_add(1, Ordering::Relaxed);
                 Err(error)
+            }
+        }
+    }
+
+    /// Counts the ledger for the gauges, in a unit of work of its own; a failed count leaves no
+    /// count rather than a stale one.
+    async fn take_census(&self) {
+        let census = UnitPerCall::new(Arc::clone(&self.units))
+            .census(self.config.retention)
+            .await;
+        match census {
+            Ok(census) => {
+                tracing::debug!(?census, "ledger census");
+                self.stats.counted(Some(census));
+            }
+            Err(error) => {
+                tracing::warn!(%error, "the ledger's census failed; the gauges report nothing");
+                self.stats.counted(None);
             }
         }
     }
