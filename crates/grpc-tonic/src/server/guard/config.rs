@@ -17,7 +17,9 @@ pub struct GuardConfig {
     pub key_header: String,
     /// How long a claim protects its owner before another attempt may take it over. With the
     /// claim, the business write and the transition in one transaction, the lease matters only if
-    /// that transaction outlives it.
+    /// that transaction outlives it (it is then cut). Under [`GuardMode::ClaimCommittedFirst`] it
+    /// is how long a dead server's claim keeps resends waiting; the guard renews it while the
+    /// handler runs.
     pub lease: LeaseDuration,
     /// How keys are hashed before they are stored; keyed hashing with a server secret keeps a
     /// stolen ledger from revealing short keys.
