@@ -113,13 +113,31 @@ impl BackoffSequence {
         pushback: Option<Pushback>,
         random: &mut impl RandomSource,
     ) -> Option<Duration> {
-        match pushback {
-            Some(Pushback::DoNotRetry) => None,
-            Some(Pushback::RetryAfter(delay)) => {
+        self.next_delay_advised(pushback, None, random)
+    }
+
+    /// The delay before the next retry with all the server said: A6's pushback, when there is
+    /// one, decides (exactly that delay, or no retry); otherwise a `google.rpc.RetryInfo` delay
+    /// from the status's details is the next delay, capped at `maxBackoff` so that a server
+    /// cannot park a client past its policy, and like a pushback it restarts the exponent;
+    /// otherwise the jittered exponential delay.
+    pub fn next_delay_advised(
+        &mut self,
+        pushback: Option<Pushback>,
+        retry_info: Option<Duration>,
+        random: &mut impl RandomSource,
+    ) -> Option<Duration> {
+        match (pushback, retry_info) {
+            (Some(Pushback::DoNotRetry), _) => None,
+            (Some(Pushback::RetryAfter(delay)), _) => {
                 self.since_pushback = 0;
                 Some(delay)
             }
-            None => {
+            (None, Some(delay)) => {
+                self.since_pushback = 0;
+                Some(delay.min(self.backoff.max))
+            }
+            (None, None) => {
                 self.since_pushback = self.since_pushback.saturating_add(1);
                 Some(self.backoff.delay(self.since_pushback, random))
             }

@@ -117,3 +117,37 @@ fn a_pushback_sets_the_next_delay_and_restarts_the_sequence() {
     assert_eq!(next(None), Some(Duration::from_millis(200)));
     assert_eq!(next(Some(Pushback::DoNotRetry)), None);
 }
+
+/// A `google.rpc.RetryInfo` delay is the next delay when there is no pushback, capped at
+/// maxBackoff, and restarts the sequence; a pushback beside it keeps A6's precedence.
+#[test]
+fn a_retry_info_delay_is_the_next_delay_within_max_backoff_unless_a_pushback_says_otherwise() {
+    let mut random = Fixed(0.5);
+    let mut sequence = backoff().sequence();
+    let mut next = |pushback, retry_info: Option<u64>| {
+        sequence.next_delay_advised(pushback, retry_info.map(Duration::from_millis), &mut random)
+    };
+    assert_eq!(next(None, None), Some(Duration::from_millis(100)));
+    assert_eq!(next(None, None), Some(Duration::from_millis(200)));
+    assert_eq!(next(None, Some(650)), Some(Duration::from_millis(650)));
+    assert_eq!(
+        next(None, None),
+        Some(Duration::from_millis(100)),
+        "after the server's delay the sequence starts again at initialBackoff"
+    );
+    let max = backoff().ceiling(u32::MAX);
+    assert_eq!(
+        next(None, Some(3_600_000)),
+        Some(max),
+        "never past maxBackoff"
+    );
+    assert_eq!(
+        next(
+            Some(Pushback::RetryAfter(Duration::from_millis(7))),
+            Some(650)
+        ),
+        Some(Duration::from_millis(7)),
+        "the pushback decides"
+    );
+    assert_eq!(next(Some(Pushback::DoNotRetry), Some(650)), None);
+}

@@ -14,6 +14,7 @@ use grpc_policy::{
 };
 use tonic::Code;
 
+use super::advice::ServerAdvice;
 use super::stats::ExecutorStats;
 use super::transport::TransportFailure;
 use crate::metrics::CallCounts;
@@ -213,14 +214,11 @@ impl<'a> CallRun<'a> {
         true
     }
 
-    /// Judges a sent attempt that failed with `code`, the server's `pushback`, and what is known
-    /// of it (`evidence`): counts it toward `maxAttempts` and the budget, and asks the policy.
-    pub(crate) fn judge(
-        &mut self,
-        code: Code,
-        pushback: Option<Pushback>,
-        evidence: Evidence,
-    ) -> Next {
+    /// Judges a sent attempt that failed with `code`, the server's `advice` (its pushback, and a
+    /// `RetryInfo` delay, for the next backoff), and what is known of it (`evidence`): counts it
+    /// toward `maxAttempts` and the budget, and asks the policy.
+    pub(crate) fn judge(&mut self, code: Code, advice: ServerAdvice, evidence: Evidence) -> Next {
+        let pushback = advice.pushback;
         let context = &self.context;
         self.sent_attempts += 1;
         let retryable = context.policy.retryable_status_codes();
@@ -230,7 +228,8 @@ impl<'a> CallRun<'a> {
         }
         let next_backoff = {
             let mut random = context.random.lock().unwrap_or_else(|p| p.into_inner());
-            self.backoff.next_delay(pushback, &mut *random)
+            self.backoff
+                .next_delay_advised(pushback, advice.retry_info, &mut *random)
         };
         let Some(next_backoff) = next_backoff else {
             tracing::info!(code = ?code, "retry decision: the server's pushback says do not retry");

@@ -8,12 +8,12 @@ use std::time::{Duration, Instant};
 
 use grpc_core_api::{IdempotencyKey, LedgerDurability, REPLAYED_METADATA_KEY};
 use grpc_policy::{
-    Evidence, GrpcRetryBudget, GrpcRetryOwner, MethodClass, Pushback, RetryPlan, RetryPolicy,
-    SplitMix64,
+    Evidence, GrpcRetryBudget, GrpcRetryOwner, MethodClass, RetryPlan, RetryPolicy, SplitMix64,
 };
 use tonic::metadata::{AsciiMetadataKey, AsciiMetadataValue, MetadataValue};
 use tonic::{Code, Request, Response, Status};
 
+use super::advice::ServerAdvice;
 use super::attempts::{CallContext, CallRun, Next, call_deadline};
 use super::commit::AttemptProgress;
 use super::stats::ExecutorStats;
@@ -302,7 +302,7 @@ impl RetryExecutor {
             if !committed && run.resend_transparently(failure, status.code()).await {
                 continue;
             }
-            let pushback = pushback_of(&status);
+            let advice = ServerAdvice::of(&status, status.metadata().as_ref());
             // A keyed mutation against a durable ledger is the exception to A6's commit rule:
             // its outcome, once headers arrived, is still asked for rather than given up on (a
             // lookup is not a resend, and a resend under the same key is a replay).
@@ -311,7 +311,7 @@ impl RetryExecutor {
             } else {
                 Evidence::Sent
             };
-            match run.judge(status.code(), pushback, evidence) {
+            match run.judge(status.code(), advice, evidence) {
                 Next::Retry(backoff) => run.pause(backoff).await,
                 Next::Stop => return Err(status),
                 Next::ResolveFirst(backoff) => {
@@ -448,17 +448,6 @@ fn attempt_status(status: Status, timed_out: bool) -> (Status, TransportFailure)
         _ => Status::unavailable(format!("transport failure: {}", status.message())),
     };
     (status, failure)
-}
-
-/// The server's pushback (A6's `grpc-retry-pushback-ms`) on a failed attempt, if any.
-fn pushback_of(status: &Status) -> Option<Pushback> {
-    Pushback::from_values(
-        status
-            .metadata()
-            .get_all("grpc-retry-pushback-ms")
-            .iter()
-            .map(|v| v.to_str().unwrap_or("")),
-    )
 }
 
 /// Runs `future` for at most `limit`; the flag says whether the limit ran out first.

@@ -6,6 +6,7 @@
 //! - Shared by both: `attempts` (one call's retry state and decisions), [`transport`] evidence,
 //!   [`CommitObserver`] (when a response has passed the commit point), [`ExecutorStats`].
 
+mod advice;
 mod attempts;
 mod commit;
 mod executor;

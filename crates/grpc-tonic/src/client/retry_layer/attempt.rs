@@ -8,13 +8,14 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
-use grpc_policy::{CodeSet, GrpcRetryBudget, Pushback};
+use grpc_policy::{CodeSet, GrpcRetryBudget};
 use http::{HeaderMap, HeaderValue};
 use http_body::{Body as HttpBody, Frame};
 use tonic::body::Body;
 use tonic::{Code, Status};
 use tower_service::Service;
 
+use crate::client::advice::ServerAdvice;
 use crate::client::transport::{TransportFailure, classify_chain};
 
 /// The boxed error a channel fails with.
@@ -22,7 +23,6 @@ pub(crate) type BoxError = Box<dyn Error + Send + Sync>;
 
 pub(super) const GRPC_TIMEOUT: &str = "grpc-timeout";
 pub(super) const PREVIOUS_ATTEMPTS: &str = "grpc-previous-rpc-attempts";
-const PUSHBACK: &str = "grpc-retry-pushback-ms";
 
 /// How one attempt ended, as far as the retry decision needs.
 pub(super) enum AttemptEnd {
@@ -32,7 +32,7 @@ pub(super) enum AttemptEnd {
     /// A status arrived before any message: in a trailers-only response, or as an HTTP error.
     Failed {
         status: Status,
-        pushback: Option<Pushback>,
+        advice: ServerAdvice,
         response: http::Response<Body>,
     },
     /// The channel failed before a response head, with what that proves about the request.
@@ -149,16 +149,9 @@ fn read_head(response: http::Response<Body>) -> AttemptEnd {
     if status.code() == Code::Ok {
         return AttemptEnd::Answered(response);
     }
-    let pushback = Pushback::from_values(
-        response
-            .headers()
-            .get_all(PUSHBACK)
-            .iter()
-            .map(|v| v.to_str().unwrap_or("")),
-    );
     AttemptEnd::Failed {
+        advice: ServerAdvice::of(&status, response.headers()),
         status,
-        pushback,
         response,
     }
 }

@@ -9,6 +9,7 @@ use tonic::body::Body;
 
 use super::attempt::{AttemptEnd, BoxError, FinalStatusBody, deadline_passed};
 use super::service::{Attempts, Call, Shared};
+use crate::client::advice::ServerAdvice;
 use crate::metrics::CallCounts;
 
 impl Shared {
@@ -93,8 +94,8 @@ impl Shared {
                         budget.record_failure();
                     }
                     match &end {
-                        AttemptEnd::Failed { pushback: Some(Pushback::DoNotRetry), .. } => stop_sending = true,
-                        AttemptEnd::Failed { pushback: Some(Pushback::RetryAfter(wait)), .. } => next_at = Instant::now() + *wait,
+                        AttemptEnd::Failed { advice: ServerAdvice { pushback: Some(Pushback::DoNotRetry), .. }, .. } => stop_sending = true,
+                        AttemptEnd::Failed { advice: ServerAdvice { pushback: Some(Pushback::RetryAfter(wait)), .. }, .. } => next_at = Instant::now() + *wait,
                         // A6: after a non-fatal status the next copy goes at once.
                         _ => next_at = Instant::now(),
                     }

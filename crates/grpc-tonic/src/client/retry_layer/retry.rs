@@ -5,6 +5,7 @@ use tonic::body::Body;
 
 use super::attempt::{AttemptEnd, BoxError, FinalStatusBody, deadline_passed};
 use super::service::{Attempts, Call, Shared};
+use crate::client::advice::ServerAdvice;
 use crate::client::attempts::{CallRun, Next};
 use crate::metrics::CallCounts;
 
@@ -32,10 +33,10 @@ impl Shared {
                 return (Ok(response), run.counts());
             }
             let code = end.code();
-            let (failure, pushback) = match &end {
-                AttemptEnd::Failed { pushback, .. } => (None, *pushback),
-                AttemptEnd::Transport { failure, .. } => (Some(*failure), None),
-                AttemptEnd::Answered(_) | AttemptEnd::TimedOut => (None, None),
+            let (failure, advice) = match &end {
+                AttemptEnd::Failed { advice, .. } => (None, *advice),
+                AttemptEnd::Transport { failure, .. } => (Some(*failure), ServerAdvice::default()),
+                AttemptEnd::Answered(_) | AttemptEnd::TimedOut => (None, ServerAdvice::default()),
             };
             let replayable = call.replay.replayable();
             if let Some(failure) = failure
@@ -52,7 +53,7 @@ impl Shared {
                 self.stats.refused(RefusalReason::PrefixDelivered);
                 return (end.into_answer(), run.counts());
             }
-            match run.judge(code, pushback, Evidence::Sent) {
+            match run.judge(code, advice, Evidence::Sent) {
                 Next::Retry(backoff) => run.pause(backoff).await,
                 Next::Stop => return (end.into_answer(), run.counts()),
                 Next::ResolveFirst(backoff) => {
