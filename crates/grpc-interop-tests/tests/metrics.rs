@@ -267,36 +267,12 @@ async fn the_guard_records_the_ledgers_answers_and_claim_latency() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_retention_worker_records_rows_purged_and_how_each_pass_ended() {
-    use grpc_core_api::{
-        CallerFingerprint, ClaimOutcome, Completion, GrpcOperationIdentity, GrpcOperationLedger,
-        IdempotencyKey, LeaseDuration, RequestFingerprint,
-    };
     use grpc_tonic::RetentionConfig;
 
     let recorded = Recorded::new();
     let store = InMemoryStore::new(Duration::from_millis(50));
     for n in 0..5 {
-        let identity = GrpcOperationIdentity::new(
-            CallerFingerprint::from_principal(b"tenant"),
-            GrpcMethod::parse(METHOD).unwrap(),
-            KeyHasher::Sha256.hash(&IdempotencyKey::parse(&format!("k-{n}")).unwrap()),
-        );
-        let unit = store.begin_unit();
-        let ledger = unit.ledger();
-        let lease = LeaseDuration::new(Duration::from_secs(30)).unwrap();
-        let ClaimOutcome::Claimed { version, .. } = ledger
-            .claim(&identity, &RequestFingerprint::of(b"r"), lease)
-            .await
-            .unwrap()
-        else {
-            panic!("a fresh claim");
-        };
-        let done = Completion::Committed(OutcomeReference::parse("done").unwrap());
-        ledger
-            .mark_finished(&identity, version, &done)
-            .await
-            .unwrap();
-        unit.commit_unit();
+        claim_in(&store, &format!("k-{n}"), 30_000, true).await;
     }
     tokio::time::sleep(Duration::from_millis(20)).await;
     let config = GuardConfig::new(
@@ -337,44 +313,15 @@ async fn the_retention_worker_records_rows_purged_and_how_each_pass_ended() {
 /// falling to zero as the passes catch up.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_retention_worker_reports_the_ledger_census_as_gauges() {
-    use grpc_core_api::{
-        CallerFingerprint, ClaimOutcome, Completion, GrpcOperationIdentity, GrpcOperationLedger,
-        IdempotencyKey, LeaseDuration, RequestFingerprint,
-    };
     use grpc_tonic::RetentionConfig;
 
     let recorded = Recorded::new();
     let store = InMemoryStore::new(Duration::from_millis(50));
-    let claim = async |key: &str, lease_ms: u64, finish: bool| {
-        let identity = GrpcOperationIdentity::new(
-            CallerFingerprint::from_principal(b"tenant"),
-            GrpcMethod::parse(METHOD).unwrap(),
-            KeyHasher::Sha256.hash(&IdempotencyKey::parse(key).unwrap()),
-        );
-        let unit = store.begin_unit();
-        let ledger = unit.ledger();
-        let lease = LeaseDuration::new(Duration::from_millis(lease_ms)).unwrap();
-        let ClaimOutcome::Claimed { version, .. } = ledger
-            .claim(&identity, &RequestFingerprint::of(b"r"), lease)
-            .await
-            .unwrap()
-        else {
-            panic!("a fresh claim");
-        };
-        if finish {
-            let done = Completion::Committed(OutcomeReference::parse("done").unwrap());
-            ledger
-                .mark_finished(&identity, version, &done)
-                .await
-                .unwrap();
-        }
-        unit.commit_unit();
-    };
     for n in 0..5 {
-        claim(&format!("done-{n}"), 30_000, true).await;
+        claim_in(&store, &format!("done-{n}"), 30_000, true).await;
     }
-    claim("running", 30_000, false).await;
-    claim("dead", 1, false).await;
+    claim_in(&store, "running", 30_000, false).await;
+    claim_in(&store, "dead", 1, false).await;
     tokio::time::sleep(Duration::from_millis(20)).await;
     let config = GuardConfig::new(
         KeyHasher::Sha256,
@@ -418,4 +365,36 @@ async fn the_retention_worker_reports_the_ledger_census_as_gauges() {
         2,
         "never purged"
     );
+}
+
+/// Claims `key` on `store` with a lease of `lease_ms`, committed; finished as committed too when
+/// `finish` says so.
+async fn claim_in(store: &InMemoryStore, key: &str, lease_ms: u64, finish: bool) {
+    use grpc_core_api::{
+        CallerFingerprint, ClaimOutcome, Completion, GrpcOperationIdentity, GrpcOperationLedger,
+        IdempotencyKey, LeaseDuration, RequestFingerprint,
+    };
+    let identity = GrpcOperationIdentity::new(
+        CallerFingerprint::from_principal(b"tenant"),
+        GrpcMethod::parse(METHOD).unwrap(),
+        KeyHasher::Sha256.hash(&IdempotencyKey::parse(key).unwrap()),
+    );
+    let unit = store.begin_unit();
+    let ledger = unit.ledger();
+    let lease = LeaseDuration::new(Duration::from_millis(lease_ms)).unwrap();
+    let ClaimOutcome::Claimed { version, .. } = ledger
+        .claim(&identity, &RequestFingerprint::of(b"r"), lease)
+        .await
+        .unwrap()
+    else {
+        panic!("a fresh claim");
+    };
+    if finish {
+        let done = Completion::Committed(OutcomeReference::parse("done").unwrap());
+        ledger
+            .mark_finished(&identity, version, &done)
+            .await
+            .unwrap();
+    }
+    unit.commit_unit();
 }

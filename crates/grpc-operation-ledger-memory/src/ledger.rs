@@ -239,28 +239,13 @@ impl InMemoryOperationLedger {
         version: Version,
         completion: Completion,
     ) -> Result<Version, LedgerError> {
-        let key = identity.storage_key();
-        if let Lock::TimedOut = self.shared.lock(unit.id, &key).await {
-            return Err(LedgerError::unavailable(UnavailableKind::Timeout));
-        }
-        let Some(mut row) = unit.visible(&self.shared, &key) else {
-            return Err(LedgerError::NotClaimed);
-        };
-        if row.state().is_terminal() {
-            return Err(LedgerError::AlreadyCompleted { state: row.state() });
-        }
-        let versioned = self.shared.defect != Some(Defect::UnversionedTransition);
-        if versioned && row.version != version {
-            return Err(LedgerError::LostOwnership {
-                expected: version,
-                current: row.version,
-            });
-        }
-        row.version = row.version.next();
-        row.finished = Some((SystemTime::now(), completion));
-        let new_version = row.version;
-        unit.pending().rows.insert(key, row);
-        Ok(new_version)
+        let fenced = self.shared.defect != Some(Defect::UnversionedTransition);
+        self.update_owned(unit, identity, version, fenced, |row| {
+            row.version = row.version.next();
+            row.finished = Some((SystemTime::now(), completion));
+            row.version
+        })
+        .await
     }
 
     async fn renew_in(
@@ -270,6 +255,28 @@ impl InMemoryOperationLedger {
         version: Version,
         lease: LeaseDuration,
     ) -> Result<(), LedgerError> {
+        let fenced = self.shared.defect != Some(Defect::UnfencedRenewal);
+        let bumps = self.shared.defect == Some(Defect::RenewalBumpsVersion);
+        self.update_owned(unit, identity, version, fenced, |row| {
+            if bumps {
+                row.version = row.version.next();
+            }
+            row.lease_expires_at = SystemTime::now() + lease.get();
+        })
+        .await
+    }
+
+    /// The conditional update of a row its owner holds at `version` (in progress; at that version
+    /// unless a broken variant leaves the fence out), under the row's lock: `change` rewrites it,
+    /// and an unmatched row says why.
+    async fn update_owned<T>(
+        &self,
+        unit: &UnitState,
+        identity: &GrpcOperationIdentity,
+        version: Version,
+        fenced: bool,
+        change: impl FnOnce(&mut OperationRecord) -> T,
+    ) -> Result<T, LedgerError> {
         let key = identity.storage_key();
         if let Lock::TimedOut = self.shared.lock(unit.id, &key).await {
             return Err(LedgerError::unavailable(UnavailableKind::Timeout));
@@ -280,19 +287,15 @@ impl InMemoryOperationLedger {
         if row.state().is_terminal() {
             return Err(LedgerError::AlreadyCompleted { state: row.state() });
         }
-        let fenced = self.shared.defect != Some(Defect::UnfencedRenewal);
         if fenced && row.version != version {
             return Err(LedgerError::LostOwnership {
                 expected: version,
                 current: row.version,
             });
         }
-        if self.shared.defect == Some(Defect::RenewalBumpsVersion) {
-            row.version = row.version.next();
-        }
-        row.lease_expires_at = SystemTime::now() + lease.get();
+        let changed = change(&mut row);
         unit.pending().rows.insert(key, row);
-        Ok(())
+        Ok(changed)
     }
 }
 

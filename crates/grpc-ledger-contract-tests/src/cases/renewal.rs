@@ -170,15 +170,7 @@ pub async fn renewal_to_the_shortest_lease_releases_the_claim<F: LedgerFixture>(
     let id = identity("tenant-a", CREATE, "released");
     let version = claim_new(&*store.autocommit(), &id, LONG).await;
 
-    let at_unit = at(rule, "release the claim in a unit that rolls back", &id);
-    let unit = expect_ok(store.begin().await, at_unit);
-    expect_ok(
-        unit.ledger()
-            .renew_lease(&id, version, LeaseDuration::SHORTEST)
-            .await,
-        at_unit,
-    );
-    expect_ok(unit.rollback().await, at_unit);
+    release_in_a_unit(&store, &id, version, false).await;
     tokio::time::sleep(Duration::from_millis(50)).await;
     let again = store
         .autocommit()
@@ -190,15 +182,7 @@ pub async fn renewal_to_the_shortest_lease_releases_the_claim<F: LedgerFixture>(
         &again,
     );
 
-    let at_unit = at(rule, "release the claim in a unit that commits", &id);
-    let unit = expect_ok(store.begin().await, at_unit);
-    expect_ok(
-        unit.ledger()
-            .renew_lease(&id, version, LeaseDuration::SHORTEST)
-            .await,
-        at_unit,
-    );
-    expect_ok(unit.commit().await, at_unit);
+    release_in_a_unit(&store, &id, version, true).await;
     tokio::time::sleep(Duration::from_millis(50)).await;
     let ledger = store.autocommit();
     at(rule, "claim again once the release committed", &id).eq(
@@ -215,4 +199,32 @@ pub async fn renewal_to_the_shortest_lease_releases_the_claim<F: LedgerFixture>(
             current: version.next(),
         }),
     );
+}
+
+/// Renews `id`'s claim at `version` to the shortest lease inside a unit of work, then commits the
+/// unit or rolls it back.
+async fn release_in_a_unit<S: LedgerStore>(
+    store: &S,
+    id: &GrpcOperationIdentity,
+    version: Version,
+    commit: bool,
+) {
+    let step = if commit {
+        "release the claim in a unit that commits"
+    } else {
+        "release the claim in a unit that rolls back"
+    };
+    let at_unit = at(Rule::ShortestLeaseReleases, step, id);
+    let unit = expect_ok(store.begin().await, at_unit);
+    let released = unit
+        .ledger()
+        .renew_lease(id, version, LeaseDuration::SHORTEST)
+        .await;
+    expect_ok(released, at_unit);
+    let ended = if commit {
+        unit.commit().await
+    } else {
+        unit.rollback().await
+    };
+    expect_ok(ended, at_unit);
 }
