@@ -78,6 +78,9 @@ pub enum InvalidInput {
         /// Their length in bytes.
         len: usize,
     },
+    /// A downstream call's label is empty, too long, or holds a byte a label may not.
+    #[error("downstream label is not 1 to 64 bytes of ASCII letters, digits, '.', '_' and '-'")]
+    DownstreamLabelMalformed,
     /// A lease must be between 1 ms and one day.
     #[error("lease must be between 1 ms and 24 h")]
     LeaseOutOfRange,

@@ -106,6 +106,13 @@ impl fmt::Debug for KeyHasher {
 #[derive(Clone)]
 pub struct ServerSecret(Vec<u8>);
 
+impl ServerSecret {
+    /// The secret's bytes, for the crate's other keyed digests.
+    pub(crate) fn bytes(&self) -> &[u8] {
+        &self.0
+    }
+}
+
 /// The SHA-256 (plain or keyed) of an idempotency key: the third part of an operation's identity,
 /// stored as 64 lower-case hex digits.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]

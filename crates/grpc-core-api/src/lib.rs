@@ -23,6 +23,7 @@
 
 mod caller;
 mod canonical;
+mod downstream;
 mod error;
 mod fingerprint;
 mod hex;
@@ -37,6 +38,7 @@ mod unit_per_call;
 
 pub use caller::CallerFingerprint;
 pub use canonical::{RequestSchema, SchemaError};
+pub use downstream::DownstreamLabel;
 pub use error::{InvalidInput, LedgerError, UnavailableKind};
 pub use fingerprint::RequestFingerprint;
 pub use identity::GrpcOperationIdentity;

@@ -101,6 +101,7 @@ fn reason_for_invalid(invalid: &InvalidInput) -> ErrorReason {
         | FailureMessageMalformed
         | FailureDetailsTooLong { .. }
         | LeaseOutOfRange
+        | DownstreamLabelMalformed
         | StateUnknown
         | VersionOutOfRange => ErrorReason::ArgumentInvalid,
     }

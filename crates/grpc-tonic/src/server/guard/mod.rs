@@ -22,8 +22,8 @@ use std::future::Future;
 use std::sync::Arc;
 
 use grpc_core_api::{
-    Completion, GrpcMethod, GrpcOperationIdentity, IdempotencyKey, InvalidInput, LedgerError,
-    LedgerUnitsOfWork, OutcomeReference,
+    Completion, DownstreamLabel, GrpcMethod, GrpcOperationIdentity, IdempotencyKey, InvalidInput,
+    LedgerError, LedgerUnitsOfWork, OutcomeReference,
 };
 use prost::Message;
 use tonic::metadata::MetadataMap;
@@ -120,6 +120,23 @@ where
             method.clone(),
             self.config.hasher.hash(&key),
         ))
+    }
+
+    /// The idempotency key the handler of this request's operation sends on its downstream call
+    /// `label` (the same on every resend, takeover and replica; see
+    /// [`KeyHasher::downstream_key`](grpc_core_api::KeyHasher::downstream_key)): call it before
+    /// [`run`](Self::run) and move the key into the handler, which sends it as the downstream
+    /// call's idempotency key (with the executor's `call_keyed`, as the `idempotency-key` metadata
+    /// under a RetryLayer, or as the `Idempotency-Key` header of an HTTP provider). Refused as
+    /// `run` refuses the request (no key, no authenticated caller).
+    pub fn downstream_key<M>(
+        &self,
+        method: &GrpcMethod,
+        request: &Request<M>,
+        label: &DownstreamLabel,
+    ) -> Result<IdempotencyKey, Status> {
+        let identity = self.identity(method, request.metadata(), request.extensions())?;
+        Ok(self.config.hasher.downstream_key(&identity, label))
     }
 
     /// Runs `handler` once per identity: claim, handler (its writes on the unit's transaction),
