@@ -33,6 +33,10 @@ pub enum Behaviour {
     /// Response headers first, then UNAVAILABLE in the trailers: the application began its
     /// response, so A6 counts the call as committed.
     UnavailableAfterHeaders,
+    /// Reads the request, then resets the stream (RST_STREAM INTERNAL_ERROR) without a response
+    /// head, as a server that committed and then failed to answer (a proxy's timeout, a
+    /// handler's panic) does: the caller gets INTERNAL and cannot know the outcome.
+    ResetAfterRequest,
 }
 
 /// What a raw server does with each stream, by its number.
@@ -65,6 +69,15 @@ async fn bind_loopback() -> (TcpListener, SocketAddr, Arc<AtomicU32>, Arc<Atomic
 pub fn refuse_first(n: u32) -> Behaviour {
     if n == 0 {
         Behaviour::Refuse
+    } else {
+        Behaviour::Answer
+    }
+}
+
+/// A script: the first stream is reset after its request was read, every later one answered.
+pub fn reset_first_after_request(n: u32) -> Behaviour {
+    if n == 0 {
+        Behaviour::ResetAfterRequest
     } else {
         Behaviour::Answer
     }
@@ -125,6 +138,11 @@ async fn serve_connection(tcp: TcpStream, script: Script, seen: Arc<AtomicU32>) 
                     http::HeaderValue::from_static("failed after the response began"),
                 );
                 let _ = body.send_trailers(trailers);
+            }
+            Behaviour::ResetAfterRequest => {
+                let mut body = request.into_body();
+                while let Some(Ok(_)) = body.data().await {}
+                respond.send_reset(h2::Reason::INTERNAL_ERROR);
             }
             Behaviour::DieMidCall => {
                 let mut body = request.into_body();

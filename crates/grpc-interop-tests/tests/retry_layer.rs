@@ -298,3 +298,35 @@ async fn only_methods_safe_to_send_twice_are_hedged() {
         "no key: one copy"
     );
 }
+
+/// A server that read a keyed mutation and then reset its stream (RST_STREAM INTERNAL_ERROR) may
+/// have committed it. The caller would see INTERNAL, which the policy does not list, but the
+/// outcome is unknown: with its key and a durable ledger the layer resends it under the same key,
+/// which the ledger answers. Without a key the caller gets INTERNAL, as grpc-go reports that reset.
+#[tokio::test]
+async fn a_keyed_mutation_whose_stream_was_reset_is_resent_under_its_key() {
+    use grpc_interop_tests::raw_h2::{raw_server, reset_first_after_request};
+
+    let (addr, streams) = raw_server(reset_first_after_request).await;
+    let layer = RetryLayer::builder(config(RETRY), keyed_catalog())
+        .server_ledger(LedgerDurability::Durable)
+        .build()
+        .unwrap();
+    let mut client =
+        pb::probe_client::ProbeClient::new(tower_layer::Layer::layer(&layer, lazy_channel(addr)));
+    client
+        .call(with_key(probe("reset", "ok"), "k-reset"))
+        .await
+        .expect("resent under its key and answered");
+    assert_eq!(streams.load(std::sync::atomic::Ordering::SeqCst), 2);
+
+    let (addr, streams) = raw_server(reset_first_after_request).await;
+    let mut client =
+        pb::probe_client::ProbeClient::new(tower_layer::Layer::layer(&layer, lazy_channel(addr)));
+    let status = client
+        .call(Request::new(probe("reset", "ok")))
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::Internal, "{status:?}");
+    assert_eq!(streams.load(std::sync::atomic::Ordering::SeqCst), 1);
+}

@@ -26,7 +26,10 @@ use grpc_tonic::{
     CommitObserver, Resolution, RetryExecutor, RetrySettings, TransportFailure, transport_failure,
 };
 use http::uri::PathAndQuery;
-use raw_h2::{Behaviour, Note, Script, die_mid_first_call, goaway_then, raw_server, refuse_first};
+use raw_h2::{
+    Behaviour, Note, Script, die_mid_first_call, goaway_then, raw_server, refuse_first,
+    reset_first_after_request,
+};
 use tonic::{Code, Request, Response, Status};
 
 /// A channel to `addr` on loopback, connecting on its first call. (This file is also compiled in
@@ -255,6 +258,63 @@ async fn a_keyed_mutation_cut_off_by_a_dead_server_is_resolved_first() {
     assert_eq!(answer.get_ref(), &Note::default());
     assert_eq!(streams.load(Ordering::SeqCst), 2);
     assert_eq!(executor.stats().resolved_first(), 1);
+}
+
+/// A server that read the request and then reset the stream (RST_STREAM INTERNAL_ERROR) may have
+/// run it: the evidence is an unknown outcome, and the caller is told INTERNAL, as grpc-go and
+/// C-core report that reason, whatever tonic's features say. An idempotent call whose policy does
+/// not list INTERNAL is not retried.
+#[tokio::test]
+async fn a_stream_reset_after_the_request_is_internal_with_an_unknown_outcome() {
+    let (addr, streams) = raw_server(|_| Behaviour::ResetAfterRequest).await;
+    let status = call(addr).await.unwrap_err();
+    assert!(
+        chain_has::<h2::Error>(&status, |e| e.is_remote()
+            && e.is_reset()
+            && e.reason() == Some(h2::Reason::INTERNAL_ERROR)),
+        "the shape changed: {status:?}"
+    );
+    assert_eq!(transport_failure(&status), TransportFailure::StreamReset);
+    assert!(TransportFailure::StreamReset.outcome_unknown());
+
+    let executor = executor(&[Code::Unavailable]);
+    let status = unkeyed_call(&executor, addr, MethodClass::Idempotent)
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::Internal, "{status:?}");
+    assert_eq!(
+        streams.load(Ordering::SeqCst),
+        2,
+        "the pin's call and one attempt"
+    );
+}
+
+/// A keyed mutation whose stream was reset after its request has an unknown outcome even though
+/// its status (INTERNAL) is in no retry policy: against a durable ledger the executor asks what
+/// became of it, then resends under the same key.
+#[tokio::test]
+async fn a_keyed_mutation_whose_stream_was_reset_is_resolved_first() {
+    let (addr, streams) = raw_server(reset_first_after_request).await;
+    let channel = lazy_channel(addr);
+    let executor = executor(&[Code::Unavailable]);
+    let key = IdempotencyKey::parse("k-reset").unwrap();
+    let lookups = AtomicU32::new(0);
+    let answer = executor
+        .call_keyed(
+            Note { text: "pay".into() },
+            &key,
+            None,
+            |request| unary(channel.clone(), request),
+            || {
+                lookups.fetch_add(1, Ordering::SeqCst);
+                async { Ok::<_, Status>(Resolution::<Note>::NotFound) }
+            },
+        )
+        .await
+        .expect("resolved, then resent under the same key");
+    assert_eq!(answer.get_ref(), &Note::default());
+    assert_eq!(lookups.load(Ordering::SeqCst), 1);
+    assert_eq!(streams.load(Ordering::SeqCst), 2);
 }
 
 /// A6's commit point: UNAVAILABLE in the trailers after response headers is the call's answer and

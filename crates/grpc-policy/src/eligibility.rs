@@ -16,6 +16,10 @@ pub enum Evidence {
     /// It was sent; no response headers (other than a trailers-only response) and no message came
     /// back.
     Sent,
+    /// It was sent and nothing came back from the server's application: the connection broke or
+    /// the server reset the stream after the request reached it, or the attempt's time ran out.
+    /// Whatever status the transport gives it, the outcome is unknown.
+    SentNoAnswer,
     /// The response stream delivered a prefix (headers of a non-trailers-only response, or at
     /// least one message): the call is committed and can no longer be retried.
     PrefixDelivered,
@@ -267,6 +271,17 @@ impl GrpcRetryEligibility {
         // 4. Nothing reached the server: resending cannot duplicate anything.
         if facts.evidence == Evidence::NotSent {
             return Verdict::Retry;
+        }
+        // 4a. A keyed mutation with a key and a durable ledger whose attempt got no answer has an
+        // unknown outcome whatever the status (a reset stream is INTERNAL): look it up. A lookup
+        // is not a blind resend, so the policy's codes do not gate it; without a key or a ledger
+        // the rules below decide, as for any other sent attempt.
+        if facts.class == MethodClass::KeyedMutation
+            && facts.evidence == Evidence::SentNoAnswer
+            && facts.has_key
+            && facts.ledger == LedgerDurability::Durable
+        {
+            return Verdict::ResolveCompletionFirst;
         }
         // 5. The method's policy decides which statuses are worth another attempt.
         if !facts.retryable.contains(facts.code) {

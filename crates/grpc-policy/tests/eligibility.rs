@@ -18,7 +18,12 @@ const CLASSES: [MethodClass; 4] = [
     MethodClass::KeyedMutation,
     MethodClass::NonIdempotent,
 ];
-const EVIDENCE: [Evidence; 3] = [Evidence::NotSent, Evidence::Sent, Evidence::PrefixDelivered];
+const EVIDENCE: [Evidence; 4] = [
+    Evidence::NotSent,
+    Evidence::Sent,
+    Evidence::SentNoAnswer,
+    Evidence::PrefixDelivered,
+];
 
 fn retryable() -> CodeSet {
     CodeSet::of(&[
@@ -65,7 +70,7 @@ fn cross_product_matches_the_snapshot() {
             }
         }
     }
-    assert_eq!(rows, 4 * 3 * 17 * 2 * 2);
+    assert_eq!(rows, 4 * 4 * 17 * 2 * 2);
     expect_file!["snapshots/eligibility.txt"].assert_eq(&table);
 }
 

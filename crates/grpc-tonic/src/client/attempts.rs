@@ -246,13 +246,29 @@ impl<'a> CallRun<'a> {
             .with_next_backoff(next_backoff)
             .with_budget_allows(context.budget_allows());
         let verdict = GrpcRetryEligibility::decide(&facts);
-        tracing::info!(
-            attempt = self.sent_attempts,
-            code = ?code,
-            class = ?context.class,
-            %verdict,
-            "retry decision"
-        );
+        // A refusal the caller may not expect is a warning: one that leaves an outcome unknown, or
+        // one for any reason but the status (a key missing, no durable ledger, the budget, the
+        // attempts or the deadline spent). A status the policy does not retry is routine.
+        let surprising = matches!(verdict, Verdict::Refuse(reason)
+            if evidence == Evidence::SentNoAnswer || reason != RefusalReason::NonRetryableStatus);
+        if surprising {
+            tracing::warn!(
+                attempt = self.sent_attempts,
+                code = ?code,
+                class = ?context.class,
+                ?evidence,
+                %verdict,
+                "retry decision: not retried"
+            );
+        } else {
+            tracing::info!(
+                attempt = self.sent_attempts,
+                code = ?code,
+                class = ?context.class,
+                %verdict,
+                "retry decision"
+            );
+        }
         match verdict {
             Verdict::Retry => {
                 self.retry_pending = true;

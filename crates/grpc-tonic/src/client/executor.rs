@@ -17,7 +17,7 @@ use super::advice::ServerAdvice;
 use super::attempts::{CallContext, CallRun, Next, call_deadline};
 use super::commit::AttemptProgress;
 use super::stats::ExecutorStats;
-use super::transport::{TransportFailure, classify};
+use super::transport::{TransportFailure, classify, reset_status};
 use crate::key_header::{IDEMPOTENCY_KEY_HEADER, InvalidKeyHeader, key_header};
 use crate::random::jitter_source;
 
@@ -308,6 +308,8 @@ impl RetryExecutor {
             // lookup is not a resend, and a resend under the same key is a replay).
             let evidence = if committed && !(key.is_some() && durable_ledger) {
                 Evidence::PrefixDelivered
+            } else if timed_out || failure.outcome_unknown() {
+                Evidence::SentNoAnswer
             } else {
                 Evidence::Sent
             };
@@ -437,14 +439,18 @@ impl RetryExecutor {
 
 /// A failed attempt's status as every gRPC client reports it, and what the transport says of
 /// it: the call running out of time is DEADLINE_EXCEEDED; a broken connection, and a stream
-/// refused or cut off by a GOAWAY, are UNAVAILABLE (as grpc-go and C-core report them; tonic says
-/// UNKNOWN or INTERNAL, depending on its features, which no policy lists as retryable).
+/// refused or cut off by a GOAWAY, are UNAVAILABLE, and a stream the server reset has the status
+/// of its reason (INTERNAL for INTERNAL_ERROR), as grpc-go and C-core report them (tonic says
+/// UNKNOWN or INTERNAL, depending on its features).
 fn attempt_status(status: Status, timed_out: bool) -> (Status, TransportFailure) {
     let failure = classify(&status);
     let status = deadline_status(status, timed_out);
     let status = match failure {
         TransportFailure::Other => status,
         _ if timed_out => status,
+        TransportFailure::StreamReset => {
+            reset_status(std::error::Error::source(&status)).unwrap_or(status)
+        }
         _ => Status::unavailable(format!("transport failure: {}", status.message())),
     };
     (status, failure)

@@ -8,7 +8,7 @@
 use std::error::Error;
 use std::io::ErrorKind;
 
-use tonic::Status;
+use tonic::{Code, Status};
 
 /// What the transport error of a failed attempt proves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -25,6 +25,12 @@ pub enum TransportFailure {
     /// broken pipe or reset, or h2 an I/O error mid-body): the outcome is unknown. gRPC's clients
     /// report it as UNAVAILABLE.
     ConnectionLost,
+    /// The server reset the stream (RST_STREAM with any reason but REFUSED_STREAM) after the
+    /// request reached it, without answering: it may have run the request (a handler that
+    /// committed and then failed, a proxy's timeout), so the outcome is unknown. The caller gets
+    /// the status gRPC gives the reset's reason (INTERNAL for INTERNAL_ERROR, CANCELLED for
+    /// CANCEL), as grpc-go and C-core report it.
+    StreamReset,
     /// Anything else, including a status the server sent.
     Other,
 }
@@ -33,6 +39,12 @@ impl TransportFailure {
     /// Whether the server application cannot have seen the request.
     pub fn never_processed(self) -> bool {
         matches!(self, Self::NeverLeftClient | Self::NotProcessed)
+    }
+
+    /// Whether the request may have run but no answer came back: the connection broke or the
+    /// stream was reset after it was sent.
+    pub fn outcome_unknown(self) -> bool {
+        matches!(self, Self::ConnectionLost | Self::StreamReset)
     }
 }
 
@@ -59,6 +71,9 @@ pub(crate) fn classify_chain(first: Option<&(dyn Error + 'static)>) -> Transport
             // stream at or below it that the connection's end then cut gets an I/O error.
             if h2.is_remote() && h2.is_go_away() {
                 return TransportFailure::NotProcessed;
+            }
+            if h2.is_remote() && h2.is_reset() {
+                return TransportFailure::StreamReset;
             }
             lost |= h2.is_io();
         }
@@ -87,4 +102,35 @@ pub(crate) fn classify_chain(first: Option<&(dyn Error + 'static)>) -> Transport
     } else {
         TransportFailure::Other
     }
+}
+
+/// The status of a stream the server reset ([`TransportFailure::StreamReset`]) as gRPC's HTTP/2
+/// protocol maps the reset's reason (`doc/PROTOCOL-HTTP2.md`, "Errors"), and as grpc-go and C-core
+/// report it: INTERNAL for most reasons, CANCELLED for CANCEL, RESOURCE_EXHAUSTED for
+/// ENHANCE_YOUR_CALM, PERMISSION_DENIED for INADEQUATE_SECURITY. tonic's own conversion depends
+/// on its features (UNKNOWN without them), so it is not used. `None` when the chain holds no
+/// remote reset.
+pub(crate) fn reset_status(first: Option<&(dyn Error + 'static)>) -> Option<Status> {
+    let mut cause = first;
+    while let Some(error) = cause {
+        if let Some(h2) = error.downcast_ref::<h2::Error>()
+            && h2.is_remote()
+            && h2.is_reset()
+        {
+            let reason = h2.reason().unwrap_or(h2::Reason::INTERNAL_ERROR);
+            let code = match reason {
+                h2::Reason::REFUSED_STREAM => Code::Unavailable,
+                h2::Reason::CANCEL => Code::Cancelled,
+                h2::Reason::ENHANCE_YOUR_CALM => Code::ResourceExhausted,
+                h2::Reason::INADEQUATE_SECURITY => Code::PermissionDenied,
+                _ => Code::Internal,
+            };
+            return Some(Status::new(
+                code,
+                format!("the server reset the stream ({reason:?}) before answering"),
+            ));
+        }
+        cause = error.source();
+    }
+    None
 }

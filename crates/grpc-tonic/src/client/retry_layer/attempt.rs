@@ -8,7 +8,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
-use grpc_policy::{CodeSet, GrpcRetryBudget};
+use grpc_policy::{CodeSet, Evidence, GrpcRetryBudget};
 use http::{HeaderMap, HeaderValue};
 use http_body::{Body as HttpBody, Frame};
 use tonic::body::Body;
@@ -16,7 +16,7 @@ use tonic::{Code, Status};
 use tower_service::Service;
 
 use crate::client::advice::ServerAdvice;
-use crate::client::transport::{TransportFailure, classify_chain};
+use crate::client::transport::{TransportFailure, classify_chain, reset_status};
 
 /// The boxed error a channel fails with.
 pub(crate) type BoxError = Box<dyn Error + Send + Sync>;
@@ -55,8 +55,23 @@ impl AttemptEnd {
                 failure: TransportFailure::Other,
                 ..
             } => Code::Unknown,
+            Self::Transport {
+                error,
+                failure: TransportFailure::StreamReset,
+            } => reset_status(Some(&**error)).map_or(Code::Internal, |status| status.code()),
             Self::Transport { .. } => Code::Unavailable,
             Self::TimedOut => Code::DeadlineExceeded,
+        }
+    }
+
+    /// What the attempt's end says of its request: nothing came back from the server's
+    /// application (the connection broke, the stream was reset, its time ran out), or it was
+    /// answered with a status.
+    pub(super) fn evidence(&self) -> Evidence {
+        match self {
+            Self::Transport { failure, .. } if failure.outcome_unknown() => Evidence::SentNoAnswer,
+            Self::TimedOut => Evidence::SentNoAnswer,
+            _ => Evidence::Sent,
         }
     }
 
@@ -69,6 +84,13 @@ impl AttemptEnd {
                 error,
                 failure: TransportFailure::Other,
             } => Err(error),
+            // The status gRPC gives the reset's reason, whatever tonic's features would say.
+            Self::Transport {
+                error,
+                failure: TransportFailure::StreamReset,
+            } => Ok(reset_status(Some(&*error))
+                .unwrap_or_else(|| Status::internal(format!("stream reset: {error}")))
+                .into_http()),
             Self::Transport { error, .. } => {
                 Ok(Status::unavailable(format!("transport failure: {error}")).into_http())
             }

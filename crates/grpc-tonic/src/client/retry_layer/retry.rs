@@ -1,6 +1,6 @@
 //! A call under a `retryPolicy`: one attempt at a time, each failure judged by the policy.
 
-use grpc_policy::{Evidence, RefusalReason, RetryPolicy};
+use grpc_policy::{RefusalReason, RetryPolicy};
 use tonic::body::Body;
 
 use super::attempt::{AttemptEnd, BoxError, FinalStatusBody, deadline_passed};
@@ -53,7 +53,7 @@ impl Shared {
                 self.stats.refused(RefusalReason::PrefixDelivered);
                 return (end.into_answer(), run.counts());
             }
-            match run.judge(code, advice, Evidence::Sent) {
+            match run.judge(code, advice, end.evidence()) {
                 Next::Retry(backoff) => run.pause(backoff).await,
                 Next::Stop => return (end.into_answer(), run.counts()),
                 Next::ResolveFirst(backoff) => {
