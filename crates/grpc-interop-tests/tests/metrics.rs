@@ -41,6 +41,32 @@ impl Recorded {
         self.provider.meter("grpc-safe-retries")
     }
 
+    /// The bucket boundaries of the histogram `name` in the last export.
+    fn boundaries(&self, name: &str) -> Vec<f64> {
+        self.provider.force_flush().unwrap();
+        let finished = self.exporter.get_finished_metrics().unwrap();
+        let latest = finished.last().expect("one export after the flush");
+        for metric in latest.scope_metrics().flat_map(|scope| scope.metrics()) {
+            if metric.name() != name {
+                continue;
+            }
+            return match metric.data() {
+                AggregatedMetrics::U64(MetricData::Histogram(h)) => h
+                    .data_points()
+                    .next()
+                    .map(|p| p.bounds().collect())
+                    .unwrap_or_default(),
+                AggregatedMetrics::F64(MetricData::Histogram(h)) => h
+                    .data_points()
+                    .next()
+                    .map(|p| p.bounds().collect())
+                    .unwrap_or_default(),
+                other => panic!("{name} is not a histogram: {other:?}"),
+            };
+        }
+        panic!("no metric {name}")
+    }
+
     /// Every metric's points, by name.
     fn points(&self) -> Points {
         self.provider.force_flush().unwrap();
@@ -176,6 +202,23 @@ async fn the_retry_layer_records_a96_retry_metrics() {
     // Two backoffs (0.02 s and 0.04 s, jittered by ±20%) and a 10 ms pause before the
     // transparent resend; hedged copies leave no gap with nothing in flight.
     assert!((0.045..0.5).contains(seconds), "retry delay {seconds} s");
+
+    // A96's recommended bucket boundaries (and A66's latency buckets for the delay).
+    assert_eq!(
+        recorded.boundaries("grpc.client.call.retries"),
+        [1.0, 2.0, 3.0, 4.0, 5.0]
+    );
+    assert_eq!(
+        recorded.boundaries("grpc.client.call.hedges"),
+        [1.0, 2.0, 3.0, 4.0, 5.0]
+    );
+    assert_eq!(
+        recorded.boundaries("grpc.client.call.transparent_retries"),
+        [1.0, 2.0, 3.0, 4.0, 5.0, 10.0]
+    );
+    let latency = recorded.boundaries("grpc.client.call.retry_delay");
+    assert_eq!(latency.len(), 41);
+    assert_eq!((latency[0], latency[1], latency[40]), (0.0, 0.00001, 100.0));
 }
 
 fn pay(amount: u32, key: &str) -> Request<pb::ProbeRequest> {

@@ -54,7 +54,20 @@ mod otel {
         )
     }
 
-    /// The client's instruments (A96).
+    /// gRFC A96's recommended bucket boundaries for the counts of retries and of hedges.
+    pub(crate) const RETRY_COUNT_BUCKETS: [f64; 5] = [1.0, 2.0, 3.0, 4.0, 5.0];
+    /// A96's for transparent retries.
+    pub(crate) const TRANSPARENT_RETRY_BUCKETS: [f64; 6] = [1.0, 2.0, 3.0, 4.0, 5.0, 10.0];
+    /// gRFC A66's latency buckets (seconds), which A96 recommends for the retry delay and this
+    /// crate uses for the guard's claim latency too.
+    pub(crate) const LATENCY_BUCKETS: [f64; 41] = [
+        0.0, 0.00001, 0.00005, 0.0001, 0.0003, 0.0006, 0.0008, 0.001, 0.002, 0.003, 0.004, 0.005,
+        0.006, 0.008, 0.01, 0.013, 0.016, 0.02, 0.025, 0.03, 0.04, 0.05, 0.065, 0.08, 0.1, 0.13,
+        0.16, 0.2, 0.25, 0.3, 0.4, 0.5, 0.65, 0.8, 1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0,
+    ];
+
+    /// The client's instruments (A96), with its recommended bucket boundaries given to the SDK as
+    /// the instruments' advice (a view the application sets still wins).
     #[derive(Debug, Clone)]
     pub(crate) struct ClientMetrics {
         retries: Histogram<u64>,
@@ -70,16 +83,19 @@ mod otel {
                     .u64_histogram("grpc.client.call.retries")
                     .with_unit("{retry}")
                     .with_description("Number of retries during the client call.")
+                    .with_boundaries(RETRY_COUNT_BUCKETS.to_vec())
                     .build(),
                 transparent_retries: meter
                     .u64_histogram("grpc.client.call.transparent_retries")
                     .with_unit("{transparent_retry}")
                     .with_description("Number of transparent retries during the client call.")
+                    .with_boundaries(TRANSPARENT_RETRY_BUCKETS.to_vec())
                     .build(),
                 hedges: meter
                     .u64_histogram("grpc.client.call.hedges")
                     .with_unit("{hedge}")
                     .with_description("Number of hedges during the client call.")
+                    .with_boundaries(RETRY_COUNT_BUCKETS.to_vec())
                     .build(),
                 retry_delay: meter
                     .f64_histogram("grpc.client.call.retry_delay")
@@ -87,6 +103,7 @@ mod otel {
                     .with_description(
                         "Total time of delay while there is no active attempt during the client call.",
                     )
+                    .with_boundaries(LATENCY_BUCKETS.to_vec())
                     .build(),
             }
         }
@@ -138,6 +155,7 @@ mod otel {
                     .with_description(
                         "Time from the start of a keyed call's unit of work to the ledger's answer on whether the handler runs.",
                     )
+                    .with_boundaries(LATENCY_BUCKETS.to_vec())
                     .build(),
             }
         }
