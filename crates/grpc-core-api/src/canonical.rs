@@ -68,6 +68,15 @@ pub enum SchemaError {
         /// The input type of the method.
         message_type: String,
     },
+    /// A method's idempotency key was configured to come from a field its input type does not
+    /// have as a singular top-level `string`.
+    #[error("{message_type} has no singular string field {field} to read an idempotency key from")]
+    KeyFieldNotAString {
+        /// The input type of the method.
+        message_type: String,
+        /// The field named.
+        field: String,
+    },
     /// The message type the server decoded has fields the schema does not declare: the
     /// descriptor set is older than the code.
     #[error(
@@ -154,15 +163,65 @@ impl RequestSchema {
         method: &GrpcMethod,
         request: &impl Message,
     ) -> Result<RequestFingerprint, SchemaError> {
+        Ok(self.fingerprint_message_with_key(method, request, None)?.0)
+    }
+
+    /// [`fingerprint_message`](Self::fingerprint_message), and the text of the request's string
+    /// field `key_field` when one is named (`None` when it holds the empty string, proto3's
+    /// "not set"): where a method carries its idempotency key in its request, as Google's APIs
+    /// carry `request_id` (AIP-155). One decoding serves both.
+    pub fn fingerprint_message_with_key(
+        &self,
+        method: &GrpcMethod,
+        request: &impl Message,
+        key_field: Option<&str>,
+    ) -> Result<(RequestFingerprint, Option<String>), SchemaError> {
         let (input, message) = self.decode(method, &request.encode_to_vec())?;
         if has_unknown_fields(&message) {
             return Err(SchemaError::RequestTypeDiffersFromSchema {
                 message_type: input.full_name().to_owned(),
             });
         }
-        Ok(RequestFingerprint::from_digest(
-            Sha256::digest(self.form(&input, &message)).into(),
-        ))
+        let key = match key_field {
+            None => None,
+            Some(field) => {
+                let descriptor = key_field_of(&input, field)?;
+                match message.get_field(&descriptor).as_ref() {
+                    Value::String(text) if !text.is_empty() => Some(text.clone()),
+                    _ => None,
+                }
+            }
+        };
+        let fingerprint =
+            RequestFingerprint::from_digest(Sha256::digest(self.form(&input, &message)).into());
+        Ok((fingerprint, key))
+    }
+
+    /// Checks that `method`'s input type has a singular top-level `string` field `field`, to read
+    /// an idempotency key from.
+    pub fn check_key_field(&self, method: &GrpcMethod, field: &str) -> Result<(), SchemaError> {
+        key_field_of(self.input(method)?, field).map(|_| ())
+    }
+
+    /// The methods whose input type has a singular top-level `string` field named `request_id`:
+    /// where Google's APIs carry a request's idempotency key (AIP-155).
+    pub fn methods_with_request_id(&self) -> Vec<GrpcMethod> {
+        let mut methods: Vec<GrpcMethod> = self
+            .inputs
+            .iter()
+            .filter(|(_, input)| key_field_of(input, AIP_155_FIELD).is_ok())
+            .filter_map(|(name, _)| GrpcMethod::parse(name).ok())
+            .collect();
+        methods.sort_by(|a, b| a.as_str().cmp(b.as_str()));
+        methods
+    }
+
+    fn input(&self, method: &GrpcMethod) -> Result<&MessageDescriptor, SchemaError> {
+        self.inputs
+            .get(method.as_str())
+            .ok_or_else(|| SchemaError::MethodNotInSchema {
+                method: method.as_str().to_owned(),
+            })
     }
 
     /// The canonical form itself, whose SHA-256 is the fingerprint: for tests and for readers who
@@ -182,12 +241,7 @@ impl RequestSchema {
         method: &GrpcMethod,
         encoded_request: &[u8],
     ) -> Result<(MessageDescriptor, DynamicMessage), SchemaError> {
-        let input =
-            self.inputs
-                .get(method.as_str())
-                .ok_or_else(|| SchemaError::MethodNotInSchema {
-                    method: method.as_str().to_owned(),
-                })?;
+        let input = self.input(method)?;
         let message = DynamicMessage::decode(input.clone(), encoded_request).map_err(|_| {
             SchemaError::RequestDoesNotMatchSchema {
                 message_type: input.full_name().to_owned(),
@@ -304,6 +358,27 @@ impl RequestSchema {
         let decoded = DynamicMessage::decode(descriptor, value.as_ref()).ok()?;
         Some((type_name.to_owned(), decoded))
     }
+}
+
+/// AIP-155's name for the field that carries a request's idempotency key.
+const AIP_155_FIELD: &str = "request_id";
+
+/// `input`'s singular top-level `string` field `field`.
+fn key_field_of(
+    input: &MessageDescriptor,
+    field: &str,
+) -> Result<prost_reflect::FieldDescriptor, SchemaError> {
+    input
+        .get_field_by_name(field)
+        .filter(|descriptor| {
+            matches!(descriptor.kind(), Kind::String)
+                && !descriptor.is_list()
+                && !descriptor.is_map()
+        })
+        .ok_or_else(|| SchemaError::KeyFieldNotAString {
+            message_type: input.full_name().to_owned(),
+            field: field.to_owned(),
+        })
 }
 
 fn write_bytes(out: &mut Vec<u8>, bytes: &[u8]) {

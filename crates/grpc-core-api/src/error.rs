@@ -12,6 +12,10 @@ pub enum InvalidInput {
     /// The request carried no idempotency key where one is required.
     #[error("idempotency key is missing")]
     KeyMissing,
+    /// The request carried its idempotency key twice, in its metadata and in its body, and the two
+    /// differ.
+    #[error("the idempotency key in the metadata and the one in the request differ")]
+    KeyMismatch,
     /// The idempotency key is empty.
     #[error("idempotency key is empty")]
     KeyEmpty,

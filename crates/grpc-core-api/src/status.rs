@@ -87,6 +87,7 @@ fn reason_for_invalid(invalid: &InvalidInput) -> ErrorReason {
     match invalid {
         KeyMissing => ErrorReason::IdempotencyKeyMissing,
         KeyEmpty
+        | KeyMismatch
         | KeyTooLong { .. }
         | KeyByteNotVisibleAscii { .. }
         | MethodMalformed { .. }

@@ -2,10 +2,11 @@
 //! schema, and the protocol (claim-first, write-once, or claim-committed-first with its longest
 //! handler).
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use grpc_core_api::{KeyHasher, LeaseDuration, RequestSchema};
+use grpc_core_api::{GrpcMethod, KeyHasher, LeaseDuration, RequestSchema, SchemaError};
 
 use crate::key_header::{IDEMPOTENCY_KEY_HEADER, InvalidKeyHeader, key_header};
 
@@ -35,6 +36,11 @@ pub struct GuardConfig {
     /// renewed all the while: past it the renewals stop, and the handler is cut when the last
     /// lease runs out. The other modes bound a unit of work by the lease itself.
     pub longest_handler: Duration,
+    /// The methods that carry their idempotency key in a string field of their request (Google's
+    /// APIs' `request_id`, AIP-155), by full method name, with the field's name: the key is read
+    /// from there (validated, hashed and isolated as the metadata's), and a request that carries
+    /// both must carry the same key in each.
+    pub key_fields: Arc<HashMap<String, String>>,
 }
 
 /// When the guard writes an operation's ledger row.
@@ -79,7 +85,28 @@ impl GuardConfig {
             request_schema: Arc::new(request_schema),
             mode: GuardMode::ClaimFirst,
             longest_handler: Duration::from_secs(10 * 60),
+            key_fields: Arc::default(),
         }
+    }
+
+    /// This configuration with `method`'s idempotency key read from its request's string field
+    /// `field` as well as from the key header; refused unless the method's input type has such a
+    /// field (a singular top-level `string`).
+    pub fn with_key_field(mut self, method: &GrpcMethod, field: &str) -> Result<Self, SchemaError> {
+        self.request_schema.check_key_field(method, field)?;
+        Arc::make_mut(&mut self.key_fields).insert(method.as_str().to_owned(), field.to_owned());
+        Ok(self)
+    }
+
+    /// This configuration with the key read from `request_id` for every method of the schema
+    /// whose request has that string field (AIP-155), found by descriptor; the methods it found.
+    pub fn with_aip155_request_ids(mut self) -> (Self, Vec<GrpcMethod>) {
+        let found = self.request_schema.methods_with_request_id();
+        let fields = Arc::make_mut(&mut self.key_fields);
+        for method in &found {
+            fields.insert(method.as_str().to_owned(), "request_id".to_owned());
+        }
+        (self, found)
     }
 
     /// This configuration with handlers allowed to run `longest` under

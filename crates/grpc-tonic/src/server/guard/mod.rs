@@ -23,7 +23,7 @@ use std::sync::Arc;
 
 use grpc_core_api::{
     Completion, DownstreamLabel, GrpcMethod, GrpcOperationIdentity, IdempotencyKey, InvalidInput,
-    LedgerError, LedgerUnitsOfWork, OutcomeReference,
+    LedgerError, LedgerUnitsOfWork, OutcomeReference, RequestFingerprint,
 };
 use prost::Message;
 use tonic::metadata::MetadataMap;
@@ -101,17 +101,37 @@ where
     }
 
     /// The identity of a call to `method`: its caller (from an authenticated source), the method,
-    /// and the hash of its idempotency key. Refusals are INVALID_ARGUMENT with `ErrorInfo`.
+    /// and the hash of its idempotency key from the key header. Refusals are INVALID_ARGUMENT with
+    /// `ErrorInfo`. (A method that takes its key from its request's body has it read by
+    /// [`run`](Self::run) and [`downstream_key`](Self::downstream_key), which see the message.)
     pub fn identity(
         &self,
         method: &GrpcMethod,
         metadata: &MetadataMap,
         extensions: &Extensions,
     ) -> Result<GrpcOperationIdentity, Status> {
-        let key = metadata
-            .get(self.config.key_header.as_str())
-            .ok_or(LedgerError::from(InvalidInput::KeyMissing))?;
-        let key = IdempotencyKey::parse_bytes(key.as_bytes()).map_err(LedgerError::from)?;
+        self.identity_with_body_key(method, metadata, extensions, None)
+    }
+
+    /// The identity, its key from the key header or `body_key` (the request's key field): one is
+    /// enough, and two must agree.
+    fn identity_with_body_key(
+        &self,
+        method: &GrpcMethod,
+        metadata: &MetadataMap,
+        extensions: &Extensions,
+        body_key: Option<&str>,
+    ) -> Result<GrpcOperationIdentity, Status> {
+        let header = metadata.get(self.config.key_header.as_str());
+        let key = match (header, body_key) {
+            (Some(header), Some(body)) if header.as_bytes() != body.as_bytes() => {
+                return Err(LedgerError::from(InvalidInput::KeyMismatch).into());
+            }
+            (Some(header), _) => header.as_bytes(),
+            (None, Some(body)) => body.as_bytes(),
+            (None, None) => return Err(LedgerError::from(InvalidInput::KeyMissing).into()),
+        };
+        let key = IdempotencyKey::parse_bytes(key).map_err(LedgerError::from)?;
         let caller = self.callers.caller(metadata, extensions).ok_or_else(|| {
             Status::unauthenticated("a keyed mutation needs an authenticated caller")
         })?;
@@ -122,6 +142,23 @@ where
         ))
     }
 
+    /// The request's fingerprint, and its key field's text where `method` names one.
+    fn fingerprint_and_body_key<M: Message>(
+        &self,
+        method: &GrpcMethod,
+        message: &M,
+    ) -> Result<(RequestFingerprint, Option<String>), Status> {
+        let field = self
+            .config
+            .key_fields
+            .get(method.as_str())
+            .map(String::as_str);
+        Ok(self
+            .config
+            .request_schema
+            .fingerprint_message_with_key(method, message, field)?)
+    }
+
     /// The idempotency key the handler of this request's operation sends on its downstream call
     /// `label` (the same on every resend, takeover and replica; see
     /// [`KeyHasher::downstream_key`](grpc_core_api::KeyHasher::downstream_key)): call it before
@@ -129,13 +166,19 @@ where
     /// call's idempotency key (with the executor's `call_keyed`, as the `idempotency-key` metadata
     /// under a RetryLayer, or as the `Idempotency-Key` header of an HTTP provider). Refused as
     /// `run` refuses the request (no key, no authenticated caller).
-    pub fn downstream_key<M>(
+    pub fn downstream_key<M: Message>(
         &self,
         method: &GrpcMethod,
         request: &Request<M>,
         label: &DownstreamLabel,
     ) -> Result<IdempotencyKey, Status> {
-        let identity = self.identity(method, request.metadata(), request.extensions())?;
+        let (_, body_key) = self.fingerprint_and_body_key(method, request.get_ref())?;
+        let identity = self.identity_with_body_key(
+            method,
+            request.metadata(),
+            request.extensions(),
+            body_key.as_deref(),
+        )?;
         Ok(self.config.hasher.downstream_key(&identity, label))
     }
 
@@ -173,11 +216,9 @@ where
         PF: Future<Output = Result<R, Status>> + Send + 'static,
     {
         let (metadata, extensions, message) = request.into_parts();
-        let identity = self.identity(method, &metadata, &extensions)?;
-        let fingerprint = self
-            .config
-            .request_schema
-            .fingerprint_message(method, &message)?;
+        let (fingerprint, body_key) = self.fingerprint_and_body_key(method, &message)?;
+        let identity =
+            self.identity_with_body_key(method, &metadata, &extensions, body_key.as_deref())?;
         let guard = self.clone();
         let method = method.clone();
         to_the_end(self.config.unit_time_bound(), async move {
