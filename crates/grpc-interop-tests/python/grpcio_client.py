@@ -1,7 +1,8 @@
 """The reference client: runs calls through a grpcio channel (gRPC C-core) with a service config.
 
 Usage: grpcio_client.py ADDR CONFIG_JSON CALLS_JSON
-CALLS_JSON is a list of {"call_id": str, "script": str, "timeout_s": float | null}; the calls run
+CALLS_JSON is a list of {"call_id": str, "script": str, "timeout_s": float | null, and optionally
+"request_id": str, sent as field 3 (AIP-155's idempotency key)}; the calls run
 one after another on one channel (so they share its retry throttling). Prints a JSON list of
 {"call_id", "code", "elapsed_ms"}.
 """
@@ -36,6 +37,8 @@ def main():
     results = []
     for call in calls:
         request = field(1, call["call_id"]) + field(2, call["script"])
+        if call.get("request_id"):
+            request += field(3, call["request_id"])
         started = time.monotonic()
         try:
             method(request, timeout=call.get("timeout_s"))

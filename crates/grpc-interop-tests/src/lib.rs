@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 
 use tonic::{Code, Request, Response, Status};
 
+pub mod guarded;
 pub mod raw_h2;
 
 pub mod pb {

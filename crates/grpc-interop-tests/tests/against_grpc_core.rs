@@ -149,6 +149,7 @@ async fn through_executor(
         let message = pb::ProbeRequest {
             call_id: call_id.clone(),
             script: (*script).to_owned(),
+            request_id: String::new(),
         };
         let started = Instant::now();
         let answer = executor
@@ -226,6 +227,7 @@ async fn through_layer(
         let mut request = Request::new(pb::ProbeRequest {
             call_id: call_id.clone(),
             script: (*script).to_owned(),
+            request_id: String::new(),
         });
         if let Some(timeout) = timeout {
             request.set_timeout(Duration::from_secs_f64(timeout));

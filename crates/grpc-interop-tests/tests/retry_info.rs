@@ -9,20 +9,14 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use grpc_core_api::{
-    GrpcMethod, IdempotencyKey, KeyHasher, LeaseDuration, LedgerDurability, OutcomeReference,
-    REPLAYED_METADATA_KEY, RequestSchema,
-};
+use grpc_core_api::{GrpcMethod, IdempotencyKey, LedgerDurability, REPLAYED_METADATA_KEY};
+use grpc_interop_tests::guarded::{GuardedOptions, GuardedProbe};
 use grpc_interop_tests::{DESCRIPTOR_SET, METHOD, lazy_channel, pb};
-use grpc_operation_ledger_memory::InMemoryStore;
 use grpc_policy::{
     CodeSet, GrpcRetryBudget, GrpcRetryOwner, GrpcServiceConfigPolicy, MethodCatalog, RetryPolicy,
     RetryThrottling,
 };
-use grpc_tonic::{
-    AuthenticatedPrincipal, Committed, GuardConfig, GuardMode, KeyedMutationGuard, Resolution,
-    RetryExecutor, RetryLayer, RetrySettings,
-};
+use grpc_tonic::{GuardMode, Resolution, RetryExecutor, RetryLayer, RetrySettings};
 use tonic::{Code, Request, Response, Status};
 
 /// The lease of the guard's claims; a duplicate is told to come back after what is left of it.
@@ -30,100 +24,24 @@ const LEASE: Duration = Duration::from_millis(600);
 /// How long the first call's handler runs: several leases.
 const HANDLER: Duration = Duration::from_millis(1500);
 
-/// The probe service behind a claim-committed-first guard: `Call` runs a handler that takes
-/// `delay MS` of its script, and counts the handlers that ran.
-struct Guarded {
-    guard: KeyedMutationGuard<InMemoryStore>,
-    handlers: Arc<AtomicU32>,
-}
-
-#[tonic::async_trait]
-impl pb::probe_server::Probe for Guarded {
-    async fn call(
-        &self,
-        mut request: Request<pb::ProbeRequest>,
-    ) -> Result<Response<pb::ProbeReply>, Status> {
-        request
-            .extensions_mut()
-            .insert(AuthenticatedPrincipal(b"tenant-a".to_vec()));
-        let handlers = Arc::clone(&self.handlers);
-        self.guard
-            .run(
-                &GrpcMethod::parse(METHOD).unwrap(),
-                request,
-                move |_unit, message: pb::ProbeRequest| async move {
-                    let attempt = handlers.fetch_add(1, Ordering::SeqCst) + 1;
-                    let millis = message
-                        .script
-                        .strip_prefix("delay ")
-                        .and_then(|ms| ms.parse().ok())
-                        .unwrap_or(0);
-                    tokio::time::sleep(Duration::from_millis(millis)).await;
-                    Ok(Committed {
-                        response: pb::ProbeReply {
-                            attempt,
-                            messages: 1,
-                        },
-                        outcome: OutcomeReference::parse(&message.call_id).unwrap(),
-                    })
-                },
-                |_unit, _outcome| async move {
-                    Ok(pb::ProbeReply {
-                        attempt: 0,
-                        messages: 1,
-                    })
-                },
-            )
-            .await
-    }
-
-    async fn upload(
-        &self,
-        _request: Request<tonic::Streaming<pb::ProbeRequest>>,
-    ) -> Result<Response<pb::ProbeReply>, Status> {
-        Err(Status::unimplemented("only Call is guarded"))
-    }
-
-    type WatchStream =
-        std::pin::Pin<Box<dyn tokio_stream::Stream<Item = Result<pb::ProbeReply, Status>> + Send>>;
-
-    async fn watch(
-        &self,
-        _request: Request<pb::ProbeRequest>,
-    ) -> Result<Response<Self::WatchStream>, Status> {
-        Err(Status::unimplemented("only Call is guarded"))
-    }
-}
-
-/// Starts the guarded probe on a loopback port; returns its address and its handler count.
+/// Starts the guarded probe, its claims committed before a handler that takes `delay MS`, on a
+/// loopback port; returns its address and its handler count.
 async fn guarded_server() -> (std::net::SocketAddr, Arc<AtomicU32>) {
-    let mut config = GuardConfig::new(
-        KeyHasher::Sha256,
-        RequestSchema::from_file_descriptor_set(DESCRIPTOR_SET).unwrap(),
-    )
-    .with_mode(GuardMode::ClaimCommittedFirst);
-    config.lease = LeaseDuration::new(LEASE).unwrap();
-    let handlers = Arc::new(AtomicU32::new(0));
-    let service = Guarded {
-        guard: KeyedMutationGuard::new(InMemoryStore::new(Duration::from_millis(50)), config),
-        handlers: Arc::clone(&handlers),
-    };
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        tonic::transport::Server::builder()
-            .add_service(pb::probe_server::ProbeServer::new(service))
-            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener))
-            .await
-            .unwrap();
-    });
-    (addr, handlers)
+    let probe = GuardedProbe::start(GuardedOptions {
+        mode: GuardMode::ClaimCommittedFirst,
+        lease: LEASE,
+        ..GuardedOptions::default()
+    })
+    .await
+    .unwrap();
+    (probe.addr, probe.handlers)
 }
 
 fn keyed(call_id: &str, script: &str, key: &str) -> Request<pb::ProbeRequest> {
     let mut request = Request::new(pb::ProbeRequest {
         call_id: call_id.to_owned(),
         script: script.to_owned(),
+        request_id: String::new(),
     });
     request
         .metadata_mut()
@@ -211,6 +129,7 @@ async fn the_executor_waits_as_the_guards_retry_info_says_and_gets_the_replay() 
     let message = pb::ProbeRequest {
         call_id: "pay".to_owned(),
         script: format!("delay {}", HANDLER.as_millis()),
+        request_id: String::new(),
     };
     let duplicate = executor
         .call_keyed(

@@ -50,6 +50,7 @@ fn probe(call_id: &str, script: &str) -> pb::ProbeRequest {
     pb::ProbeRequest {
         call_id: call_id.to_owned(),
         script: script.to_owned(),
+        request_id: String::new(),
     }
 }
 
