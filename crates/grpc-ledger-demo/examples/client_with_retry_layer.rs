@@ -22,11 +22,10 @@ async fn main() -> Result<()> {
     let server = DemoServer::start("layer-example").await?;
     let addr = server.addr;
 
-    // The config the channel runs with, checked against the service's own descriptor set; the
-    // keyed mutation marked, since protobuf has no option for it.
+    // The config the channel runs with, checked against the service's own descriptor set, whose
+    // .proto declares CreatePayment a keyed mutation ((grpc_safe_retries.v1.keyed_mutation)).
     let config = GrpcServiceConfigPolicy::new(GrpcRetryOwner::Channel).parse(SERVICE_CONFIG)?;
-    let mut catalog = MethodCatalog::from_descriptor_set_bytes(DESCRIPTOR_SET)?;
-    catalog.mark_keyed_mutation(&"/payments.v1.Payments/CreatePayment".parse()?)?;
+    let catalog = MethodCatalog::from_descriptor_set_bytes(DESCRIPTOR_SET)?;
     let layer = RetryLayer::builder(config, catalog)
         .server_ledger(LedgerDurability::Durable) // refused for keyed mutations otherwise
         .target(format!("http://{addr}"))

@@ -68,10 +68,16 @@ impl MethodCatalog {
 
     /// Reads the serialized `FileDescriptorSet` that `protoc --descriptor_set_out` or protox
     /// writes.
+    /// Methods with the option `(grpc_safe_retries.v1.keyed_mutation) = true`
+    /// ([`KEYED_MUTATION_OPTION_PROTO`]) are keyed mutations, declared so.
     pub fn from_descriptor_set_bytes(bytes: &[u8]) -> Result<Self, CatalogError> {
         let set = FileDescriptorSet::decode(bytes)
             .map_err(|e| CatalogError::NotADescriptorSet(e.to_string()))?;
-        Self::from_descriptor_set(&set)
+        let mut catalog = Self::from_descriptor_set(&set)?;
+        for method in keyed_option::methods_marked(bytes)? {
+            catalog.mark_keyed_mutation(&method)?;
+        }
+        Ok(catalog)
     }
 
     /// Every method of every service in the set, classed by its `idempotency_level` option.
@@ -159,5 +165,88 @@ impl MethodCatalog {
     /// Every method, ordered by full name.
     pub fn methods(&self) -> impl Iterator<Item = &MethodInfo> {
         self.methods.values()
+    }
+}
+
+/// The `.proto` that defines the method option `(grpc_safe_retries.v1.keyed_mutation)`: write it
+/// where your `protoc`/protox include path finds `grpc_safe_retries/v1/options.proto`, import it,
+/// and set the option on each keyed mutation. The catalog, the RetryLayer built from it and the
+/// lint then know the method's class from the descriptor set alone.
+pub const KEYED_MUTATION_OPTION_PROTO: &str =
+    include_str!("../proto/grpc_safe_retries/v1/options.proto");
+
+/// The field number of `(grpc_safe_retries.v1.keyed_mutation)` in `MethodOptions`.
+pub const KEYED_MUTATION_OPTION_FIELD: u32 = 51205;
+
+/// Reads the keyed-mutation option straight off the descriptor set's bytes: `prost-types` drops a
+/// `MethodOptions` extension it does not know when it decodes, so only the path to it is decoded
+/// here (files, their package and services, each service's name and methods, each method's name
+/// and options), every other field skipped.
+mod keyed_option {
+    use grpc_core_api::GrpcMethod;
+    use prost::Message;
+
+    use super::CatalogError;
+
+    #[derive(Clone, PartialEq, Message)]
+    struct Set {
+        #[prost(message, repeated, tag = "1")]
+        file: Vec<File>,
+    }
+
+    #[derive(Clone, PartialEq, Message)]
+    struct File {
+        #[prost(string, tag = "2")]
+        package: String,
+        #[prost(message, repeated, tag = "6")]
+        service: Vec<Service>,
+    }
+
+    #[derive(Clone, PartialEq, Message)]
+    struct Service {
+        #[prost(string, tag = "1")]
+        name: String,
+        #[prost(message, repeated, tag = "2")]
+        method: Vec<Method>,
+    }
+
+    #[derive(Clone, PartialEq, Message)]
+    struct Method {
+        #[prost(string, tag = "1")]
+        name: String,
+        #[prost(message, optional, tag = "4")]
+        options: Option<Options>,
+    }
+
+    /// `MethodOptions` with only the extension this crate defines (its field number is
+    /// [`KEYED_MUTATION_OPTION_FIELD`](super::KEYED_MUTATION_OPTION_FIELD)).
+    #[derive(Clone, PartialEq, Message)]
+    struct Options {
+        #[prost(bool, tag = "51205")]
+        keyed_mutation: bool,
+    }
+
+    /// The methods the set marks as keyed mutations.
+    pub(super) fn methods_marked(bytes: &[u8]) -> Result<Vec<GrpcMethod>, CatalogError> {
+        let set = Set::decode(bytes).map_err(|e| CatalogError::NotADescriptorSet(e.to_string()))?;
+        let mut marked = Vec::new();
+        for file in &set.file {
+            for service in &file.service {
+                let service_name = match file.package.as_str() {
+                    "" => service.name.clone(),
+                    package => format!("{package}.{}", service.name),
+                };
+                for method in &service.method {
+                    if method.options.as_ref().is_some_and(|o| o.keyed_mutation) {
+                        let full =
+                            GrpcMethod::from_parts(&service_name, &method.name).map_err(|_| {
+                                CatalogError::InvalidName(format!("{service_name}/{}", method.name))
+                            })?;
+                        marked.push(full);
+                    }
+                }
+            }
+        }
+        Ok(marked)
     }
 }

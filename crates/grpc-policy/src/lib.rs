@@ -22,7 +22,10 @@ mod validator;
 
 pub use backoff::{Backoff, BackoffSequence, Pushback, RandomSource, SplitMix64, parse_pushback};
 pub use budget::GrpcRetryBudget;
-pub use catalog::{CatalogError, MethodCatalog, MethodClass, MethodInfo};
+pub use catalog::{
+    CatalogError, KEYED_MUTATION_OPTION_FIELD, KEYED_MUTATION_OPTION_PROTO, MethodCatalog,
+    MethodClass, MethodInfo,
+};
 pub use codes::{ALL_CODES, CodeSet, code_name, parse_code};
 pub use eligibility::{AttemptFacts, Evidence, GrpcRetryEligibility, RefusalReason, Verdict};
 pub use owner::{GrpcRetryOwner, UnknownOwner};

@@ -22,7 +22,6 @@ use grpc_policy::{
     Finding, GrpcRetryOwner, GrpcRetryOwnershipValidator, LedgerKnowledge, MethodCatalog,
     ServiceConfig, Severity,
 };
-use prost::Message;
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
 enum Owner {
@@ -310,9 +309,8 @@ impl<'a> Catalogs<'a> {
                         .to_owned(),
                 }));
             }
-            protox::compile(&protos, &includes)
+            compile(&protos, &includes)
                 .map_err(|e| Unreadable(format!("the protos do not compile: {e}")))?
-                .encode_to_vec()
         };
         let mut catalog = MethodCatalog::from_descriptor_set_bytes(&bytes)
             .map_err(|e| Unreadable(format!("the descriptor set: {e}")))?;
@@ -412,6 +410,38 @@ fn place(text: &str, path: &str) -> (usize, usize) {
         match path.rfind(['.', '[']) {
             Some(cut) if cut > 0 => path = &path[..cut],
             _ => return (1, 1),
+        }
+    }
+}
+
+/// Compiles `protos` into an encoded descriptor set that keeps extension options (a method's
+/// `(grpc_safe_retries.v1.keyed_mutation)`), which an encoding through prost-types would drop.
+/// `grpc_safe_retries/v1/options.proto` resolves to the option's definition bundled here when no
+/// include directory has it, so a service's .proto can import it without vendoring it.
+fn compile(protos: &[PathBuf], includes: &[PathBuf]) -> Result<Vec<u8>, protox::Error> {
+    use protox::file::{ChainFileResolver, GoogleFileResolver, IncludeFileResolver};
+    let mut resolver = ChainFileResolver::new();
+    for include in includes {
+        resolver.add(IncludeFileResolver::new(include.clone()));
+    }
+    resolver.add(GoogleFileResolver::new());
+    resolver.add(BundledOption);
+    let mut compiler = protox::Compiler::with_file_resolver(resolver);
+    compiler.include_imports(true);
+    compiler.open_files(protos)?;
+    Ok(compiler.encode_file_descriptor_set())
+}
+
+/// Serves the keyed-mutation option's `.proto` by its import name.
+struct BundledOption;
+
+impl protox::file::FileResolver for BundledOption {
+    fn open_file(&self, name: &str) -> Result<protox::file::File, protox::Error> {
+        const NAME: &str = "grpc_safe_retries/v1/options.proto";
+        if name == NAME {
+            protox::file::File::from_source(NAME, grpc_policy::KEYED_MUTATION_OPTION_PROTO)
+        } else {
+            Err(protox::Error::file_not_found(name))
         }
     }
 }

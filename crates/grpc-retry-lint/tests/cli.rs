@@ -199,3 +199,70 @@ fn unreadable_inputs_exit_two_with_a_clear_message() {
         assert!(stderr.contains(message), "{stderr}");
     }
 }
+
+/// A keyed mutation declared in the .proto with `(grpc_safe_retries.v1.keyed_mutation)` needs no
+/// `--keyed`: the lint reads the option (its .proto is bundled, so the import resolves without
+/// vendoring it). Retrying it is clean with a durable ledger and an error without one; the same
+/// config over the same method without the option is the undeclared-idempotency warning.
+#[test]
+fn a_keyed_mutation_declared_in_the_proto_needs_no_flag() {
+    let dir = temp_dir("keyed-option");
+    let proto = |option: &str| {
+        format!(
+            "syntax = \"proto3\";\npackage shop.v1;\nimport \"grpc_safe_retries/v1/options.proto\";\n\
+             service Orders {{\n  rpc CreateOrder(Order) returns (Order) {{ {option} }}\n}}\n\
+             message Order {{ string id = 1; }}\n"
+        )
+    };
+    let config = dir.join("retry_create.json");
+    std::fs::write(
+        &config,
+        r#"{"methodConfig": [{"name": [{"service": "shop.v1.Orders"}], "retryPolicy": {"maxAttempts": 3, "initialBackoff": "0.1s", "maxBackoff": "1s", "backoffMultiplier": 2, "retryableStatusCodes": ["UNAVAILABLE"]}}]}"#,
+    )
+    .unwrap();
+    let run = |option: &str, ledger: &str| {
+        std::fs::write(dir.join("orders.proto"), proto(option)).unwrap();
+        Command::new(env!("CARGO_BIN_EXE_grpc-retry-lint"))
+            .arg("--service-config")
+            .arg(&config)
+            .arg("--proto")
+            .arg(dir.join("orders.proto"))
+            .arg("--include")
+            .arg(&dir)
+            .args(["--ledger", ledger])
+            .output()
+            .unwrap()
+    };
+    let keyed = "option (grpc_safe_retries.v1.keyed_mutation) = true;";
+    let durable = run(keyed, "durable");
+    assert_eq!(
+        durable.status.code(),
+        Some(0),
+        "{}{}",
+        stdout(&durable),
+        String::from_utf8_lossy(&durable.stderr)
+    );
+    assert!(
+        stdout(&durable).ends_with("0 error(s), 0 warning(s)\n"),
+        "{}",
+        stdout(&durable)
+    );
+    let without_ledger = run(keyed, "none");
+    assert_eq!(
+        without_ledger.status.code(),
+        Some(1),
+        "{}",
+        stdout(&without_ledger)
+    );
+    assert!(
+        stdout(&without_ledger).contains("keyed"),
+        "{}",
+        stdout(&without_ledger)
+    );
+    let undeclared = run("", "durable");
+    assert!(
+        stdout(&undeclared).contains("undeclared-idempotency"),
+        "{}",
+        stdout(&undeclared)
+    );
+}
