@@ -10,7 +10,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     compiler.include_imports(true);
     compiler.open_files(["payments.proto"])?;
     let out = std::path::PathBuf::from(std::env::var("OUT_DIR")?);
-    std::fs::write(out.join("payments.pb"), compiler.encode_file_descriptor_set())?;
+    std::fs::write(
+        out.join("payments.pb"),
+        compiler.encode_file_descriptor_set(),
+    )?;
     tonic_prost_build::configure()
         .build_server(true)
         .build_client(true)
