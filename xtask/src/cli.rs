@@ -32,6 +32,9 @@ pub(crate) enum Task {
         #[arg(long)]
         quick: bool,
     },
+    /// The README's "From an empty crate" kit, written as a crate outside the workspace, built and
+    /// run (also part of `test`).
+    Kit,
     /// Every cargo-fuzz target (service config, method, key parsers) for N s each.
     Fuzz {
         /// How long each target runs, in seconds.

@@ -15,6 +15,7 @@ mod cmd;
 mod fuzz;
 mod galera;
 mod host;
+mod kit;
 mod mariadb;
 mod pgbouncer;
 mod postgres;
@@ -58,6 +59,10 @@ fn main() -> ExitCode {
 fn run(task: Task) -> Result<()> {
     match task {
         Task::Test => test(),
+        Task::Kit => {
+            // The kit's output is shown as it runs.
+            kit::check(&kit::repository_root(), &*cmd::install_interrupt_flag()?).map(|_| ())
+        }
         Task::Bench { quick, all } => bench(quick, all),
         Task::Fuzz { seconds } => fuzz::fuzz(seconds, &*cmd::install_interrupt_flag()?),
         Task::Chaos { quick } => chaos::chaos(quick, &*cmd::install_interrupt_flag()?),
@@ -174,6 +179,8 @@ fn test() -> Result<()> {
             )
             .with_context(|| format!("the example {example}"))?;
         }
+        // The README's kit, as a crate of its own outside the workspace.
+        output += &kit::check(&kit::repository_root(), &interrupted)?;
         Ok(output)
     });
     // The servers are stopped here, before the result is reported, whatever the tests did.
