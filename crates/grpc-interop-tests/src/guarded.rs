@@ -13,6 +13,7 @@ use grpc_core_api::{
     GrpcMethod, KeyHasher, LeaseDuration, OutcomeReference, RequestSchema, SchemaError,
 };
 use grpc_operation_ledger_memory::InMemoryStore;
+use grpc_tonic::testing::AfterCommitFaults;
 use grpc_tonic::{AuthenticatedPrincipal, Committed, GuardConfig, GuardMode, KeyedMutationGuard};
 use tonic::{Request, Response, Status};
 
@@ -29,6 +30,8 @@ pub struct GuardedOptions {
     pub key_field: Option<&'static str>,
     /// Whether the first response of every call (by `call_id`) is lost after its unit committed.
     pub lose_first_responses: bool,
+    /// Faults in front of the service, after commit (grpc-tonic's public test helper).
+    pub after_commit_faults: Option<Arc<AfterCommitFaults>>,
 }
 
 impl Default for GuardedOptions {
@@ -38,6 +41,7 @@ impl Default for GuardedOptions {
             lease: Duration::from_secs(30),
             key_field: None,
             lose_first_responses: false,
+            after_commit_faults: None,
         }
     }
 }
@@ -52,11 +56,14 @@ pub struct GuardedProbe {
     pub attempts: Arc<AtomicU32>,
     /// Responses the fault lost after commit.
     pub lost: Arc<AtomicU32>,
+    /// The `call_id` of every handler that ran, one entry per run (each is one effect).
+    pub effects: Arc<Mutex<Vec<String>>>,
 }
 
 struct Service {
     guard: KeyedMutationGuard<InMemoryStore>,
     handlers: Arc<AtomicU32>,
+    effects: Arc<Mutex<Vec<String>>>,
     attempts: Arc<AtomicU32>,
     lost: Arc<AtomicU32>,
     lose_first_responses: bool,
@@ -73,7 +80,9 @@ impl GuardedProbe {
             config = config.with_key_field(&GrpcMethod::parse(METHOD).expect("a method"), field)?;
         }
         let (handlers, attempts, lost) = (Arc::default(), Arc::default(), Arc::default());
+        let effects = Arc::<Mutex<Vec<String>>>::default();
         let service = Service {
+            effects: Arc::clone(&effects),
             guard: KeyedMutationGuard::new(InMemoryStore::new(Duration::from_millis(200)), config),
             handlers: Arc::clone(&handlers),
             attempts: Arc::clone(&attempts),
@@ -85,8 +94,14 @@ impl GuardedProbe {
             .await
             .expect("a loopback port");
         let addr = listener.local_addr().expect("its address");
+        // No faults asked for: the layer with none (it then passes every response through).
+        let faults = options
+            .after_commit_faults
+            .unwrap_or_else(|| Arc::new(AfterCommitFaults::new(0.0, 0.0, 0)))
+            .layer();
         tokio::spawn(async move {
             tonic::transport::Server::builder()
+                .layer(faults)
                 .add_service(pb::probe_server::ProbeServer::new(service))
                 .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener))
                 .await
@@ -97,6 +112,7 @@ impl GuardedProbe {
             handlers,
             attempts,
             lost,
+            effects,
         })
     }
 }
@@ -113,6 +129,7 @@ impl pb::probe_server::Probe for Service {
             .insert(AuthenticatedPrincipal(b"tenant-a".to_vec()));
         let call_id = request.get_ref().call_id.clone();
         let handlers = Arc::clone(&self.handlers);
+        let effects = Arc::clone(&self.effects);
         let answer = self
             .guard
             .run(
@@ -120,6 +137,10 @@ impl pb::probe_server::Probe for Service {
                 request,
                 move |_unit, message: pb::ProbeRequest| async move {
                     let attempt = handlers.fetch_add(1, Ordering::SeqCst) + 1;
+                    effects
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .push(message.call_id.clone());
                     let millis = message
                         .script
                         .strip_prefix("delay ")

@@ -22,6 +22,8 @@ mod key_header;
 mod metrics;
 mod random;
 mod server;
+#[cfg(feature = "testing")]
+pub mod testing;
 
 pub use client::{
     CommitObserver, CommitObserverLayer, DEFAULT_PER_CALL_BUFFER, ExecutorStats, Resolution,
