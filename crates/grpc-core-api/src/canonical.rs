@@ -169,27 +169,33 @@ impl RequestSchema {
     /// [`fingerprint_message`](Self::fingerprint_message), and the text of the request's string
     /// field `key_field` when one is named (`None` when it holds the empty string, proto3's
     /// "not set"): where a method carries its idempotency key in its request, as Google's APIs
-    /// carry `request_id` (AIP-155). One decoding serves both.
+    /// carry `request_id` (AIP-155). One decoding serves both, and the fingerprint is of the
+    /// request without its key.
     pub fn fingerprint_message_with_key(
         &self,
         method: &GrpcMethod,
         request: &impl Message,
         key_field: Option<&str>,
     ) -> Result<(RequestFingerprint, Option<String>), SchemaError> {
-        let (input, message) = self.decode(method, &request.encode_to_vec())?;
+        let (input, mut message) = self.decode(method, &request.encode_to_vec())?;
         if has_unknown_fields(&message) {
             return Err(SchemaError::RequestTypeDiffersFromSchema {
                 message_type: input.full_name().to_owned(),
             });
         }
+        // The key is not part of the request it names: left in, the stored fingerprint would be a
+        // plain digest of the key and a guessable body (what the keyed hash of the key exists to
+        // prevent), and a resend that adds the same key to the body would be another request.
         let key = match key_field {
             None => None,
             Some(field) => {
                 let descriptor = key_field_of(&input, field)?;
-                match message.get_field(&descriptor).as_ref() {
+                let key = match message.get_field(&descriptor).as_ref() {
                     Value::String(text) if !text.is_empty() => Some(text.clone()),
                     _ => None,
-                }
+                };
+                message.clear_field(&descriptor);
+                key
             }
         };
         let fingerprint =

@@ -59,7 +59,9 @@ impl KeyHasher {
     /// `dk1-` and 64 hex digits of a digest of the operation's identity (its caller, its method
     /// and its key's hash) and the label, under this hasher (HMAC-SHA-256 with the server's
     /// secret, or SHA-256). Every replica with the same hasher derives the same key for the same
-    /// operation and label; see the module's documentation for why.
+    /// operation and label; see the module's documentation for why. Under `Sha256` (no secret)
+    /// anyone who knows the caller's fingerprint, the method, the caller's key and the label can
+    /// compute the derived key; only a guard with a secret makes it unguessable downstream.
     pub fn downstream_key(
         &self,
         identity: &GrpcOperationIdentity,

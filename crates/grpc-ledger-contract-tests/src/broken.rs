@@ -38,4 +38,7 @@ pub enum Defect {
     /// A lease renewal ignores the version, so a stalled owner whose claim was taken over
     /// extends the new owner's lease (and is told it still owns the operation).
     UnfencedRenewal,
+    /// A lease renewal counts the lease from the claim time instead of from now, so a handler
+    /// that outlives its first lease is taken over while its owner keeps renewing.
+    RenewalFromClaimTime,
 }

@@ -178,6 +178,17 @@ async fn the_suite_catches_an_unfenced_renewal() {
     );
 }
 
+/// A renewal that counts the lease from the claim lets a live owner's operation be taken over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_suite_catches_a_renewal_counted_from_the_claim() {
+    let report = caught_for(Defect::RenewalFromClaimTime).await;
+    assert_caught_for(
+        &report,
+        "renewed_lease_keeps_its_owner_and_version",
+        "renewal-keeps-the-owner",
+    );
+}
+
 /// Every case's failure names its rule, its step and (where there is one) the identity.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn failures_name_the_rule_the_step_and_the_identity() {

@@ -257,11 +257,17 @@ impl InMemoryOperationLedger {
     ) -> Result<(), LedgerError> {
         let fenced = self.shared.defect != Some(Defect::UnfencedRenewal);
         let bumps = self.shared.defect == Some(Defect::RenewalBumpsVersion);
+        let from_claim = self.shared.defect == Some(Defect::RenewalFromClaimTime);
         self.update_owned(unit, identity, version, fenced, |row| {
             if bumps {
                 row.version = row.version.next();
             }
-            row.lease_expires_at = SystemTime::now() + lease.get();
+            let start = if from_claim {
+                row.claimed_at
+            } else {
+                SystemTime::now()
+            };
+            row.lease_expires_at = start + lease.get();
         })
         .await
     }

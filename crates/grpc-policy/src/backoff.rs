@@ -118,9 +118,10 @@ impl BackoffSequence {
 
     /// The delay before the next retry with all the server said: A6's pushback, when there is
     /// one, decides (exactly that delay, or no retry); otherwise a `google.rpc.RetryInfo` delay
-    /// from the status's details is the next delay, capped at `maxBackoff` so that a server
-    /// cannot park a client past its policy, and like a pushback it restarts the exponent;
-    /// otherwise the jittered exponential delay.
+    /// from the status's details is the next delay, kept between `initialBackoff` (so a server
+    /// answering "now" over and over cannot make a client retry in a tight loop) and `maxBackoff`
+    /// (so it cannot park a client past its policy), and like a pushback it restarts the
+    /// exponent; otherwise the jittered exponential delay.
     pub fn next_delay_advised(
         &mut self,
         pushback: Option<Pushback>,
@@ -135,7 +136,7 @@ impl BackoffSequence {
             }
             (None, Some(delay)) => {
                 self.since_pushback = 0;
-                Some(delay.min(self.backoff.max))
+                Some(delay.clamp(self.backoff.initial.min(self.backoff.max), self.backoff.max))
             }
             (None, None) => {
                 self.since_pushback = self.since_pushback.saturating_add(1);

@@ -118,8 +118,9 @@ fn a_pushback_sets_the_next_delay_and_restarts_the_sequence() {
     assert_eq!(next(Some(Pushback::DoNotRetry)), None);
 }
 
-/// A `google.rpc.RetryInfo` delay is the next delay when there is no pushback, capped at
-/// maxBackoff, and restarts the sequence; a pushback beside it keeps A6's precedence.
+/// A `google.rpc.RetryInfo` delay is the next delay when there is no pushback, kept between
+/// initialBackoff and maxBackoff, and restarts the sequence; a pushback beside it keeps A6's
+/// precedence.
 #[test]
 fn a_retry_info_delay_is_the_next_delay_within_max_backoff_unless_a_pushback_says_otherwise() {
     let mut random = Fixed(0.5);
@@ -140,6 +141,11 @@ fn a_retry_info_delay_is_the_next_delay_within_max_backoff_unless_a_pushback_say
         next(None, Some(3_600_000)),
         Some(max),
         "never past maxBackoff"
+    );
+    assert_eq!(
+        next(None, Some(0)),
+        Some(Duration::from_millis(100)),
+        "never below initialBackoff: a server saying \"now\" each time is no tight loop"
     );
     assert_eq!(
         next(

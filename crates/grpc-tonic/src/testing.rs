@@ -32,7 +32,8 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// unit of work committed): some are lost (the caller gets UNAVAILABLE, as when a connection or a
 /// proxy drops them), some have their stream reset before the response head (RST_STREAM
 /// INTERNAL_ERROR, what a server that fails after committing does; the caller gets INTERNAL).
-/// Failed responses pass through. Seeded, so a failing run fails the same way again.
+/// Failed responses pass through. Seeded: a run whose calls are made one after another fails the
+/// same way again (concurrent calls draw in the order their responses complete).
 #[derive(Debug)]
 pub struct AfterCommitFaults {
     drop_rate: f64,
@@ -45,7 +46,18 @@ pub struct AfterCommitFaults {
 impl AfterCommitFaults {
     /// Loses `drop_rate` of successful responses and resets the stream of `reset_rate` of them
     /// (shares of all successful responses, drawn from `seed`).
+    ///
+    /// # Panics
+    ///
+    /// If either rate is outside 0..=1, or they add up to more than 1.
     pub fn new(drop_rate: f64, reset_rate: f64, seed: u64) -> Self {
+        let share = 0.0..=1.0;
+        assert!(
+            share.contains(&drop_rate)
+                && share.contains(&reset_rate)
+                && share.contains(&(drop_rate + reset_rate)),
+            "fault rates are shares of the responses: {drop_rate} and {reset_rate}"
+        );
         Self {
             drop_rate,
             reset_rate,

@@ -213,3 +213,45 @@ async fn a_handler_that_fails_transiently_hands_its_claim_to_the_resend_at_once(
         .unwrap();
     assert_eq!(record.state(), OperationState::Committed);
 }
+
+/// A renewal stuck behind the store (here a lock on the whole ledger table, with a claim wait far
+/// longer than the lease) does not let the handler run on past its lease: it is cut when the lease
+/// it holds runs out, its write rolled back, and the call is answered long before the renewal's
+/// own wait would have ended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_handler_whose_renewal_is_stuck_is_cut_when_its_lease_runs_out() {
+    use grpc_ledger_contract_tests::LedgerFixture;
+    use grpc_operation_ledger_memory::InMemoryFixture;
+
+    let fixture = InMemoryFixture::new(Duration::from_secs(60));
+    let store = fixture.fresh_store().await;
+    let guard = guard(&store, LEASE, Duration::from_secs(60));
+    let ran = Arc::new(AtomicUsize::new(0));
+    let call = {
+        let (guard, ran) = (guard.clone(), Arc::clone(&ran));
+        tokio::spawn(async move { call(&guard, "stuck", Duration::from_secs(3600), &ran).await })
+    };
+    while ran.load(Ordering::SeqCst) == 0 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let held = fixture
+        .table_locking()
+        .expect("the double can lock its table")
+        .lock_ledger_table(&store)
+        .await;
+    let answer = tokio::time::timeout(Duration::from_secs(30), call)
+        .await
+        .expect("cut at its lease, not after the renewal's 60 s wait")
+        .unwrap();
+    let status = answer.expect_err("a cut handler is not a success");
+    assert_eq!(status.code(), Code::Unavailable, "{status:?}");
+    assert!(
+        status.message().contains("could not be renewed"),
+        "{status:?}"
+    );
+    held.release().await;
+    assert!(
+        store.committed_business().is_empty(),
+        "its write is rolled back"
+    );
+}

@@ -166,6 +166,18 @@ async fn keys_that_disagree_are_missing_or_malformed_are_refused_before_anything
             .await
             .unwrap()
     );
+    // The key is not part of the request it names: a resend that also carries it in the body is
+    // the same request, and replays.
+    assert!(
+        create(
+            &guard,
+            order("header-only", Some("header-only"), b"t"),
+            &ran
+        )
+        .await
+        .unwrap()
+    );
+    assert_eq!(ran.load(Ordering::SeqCst), 1);
 }
 
 #[test]

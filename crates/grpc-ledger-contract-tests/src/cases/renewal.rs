@@ -70,6 +70,28 @@ pub async fn renewed_lease_keeps_its_owner_and_version<F: LedgerFixture>(fixture
         "Ok(InProgress { .. })",
         &again,
     );
+    // The lease runs from the renewal, not from the claim: a claim older than the lease renewed
+    // to it is still live.
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    expect_ok(
+        ledger.renew_lease(&id, version, lease(1_000)).await,
+        at(
+            rule,
+            "the owner renews a claim over 1 s old to a 1 s lease",
+            &id,
+        ),
+    );
+    let again = ledger.claim(&id, &request("x"), lease(LONG)).await;
+    at(
+        rule,
+        "claim again right after renewing a claim over 1 s old to 1 s",
+        &id,
+    )
+    .check(
+        matches!(again, Ok(ClaimOutcome::InProgress { .. })),
+        "Ok(InProgress { .. }): the lease ends 1 s after the renewal, not after the claim",
+        &again,
+    );
     at(rule, "the owner commits at the version it was handed", &id).eq(
         ledger.mark_committed(&id, version, &outcome("p")).await,
         Ok(version.next()),

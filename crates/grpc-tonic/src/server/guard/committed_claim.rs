@@ -76,7 +76,11 @@ where
                     .await;
             }
         };
-        self.commit(transaction).await?;
+        if let Err(status) = self.commit(transaction).await {
+            // The claim may have committed all the same (an unknown outcome): hand it on.
+            self.release(&identity, version).await;
+            return Err(status);
+        }
 
         let mut keeper = LeaseKeeper::start(
             Arc::clone(&self.units),
@@ -130,13 +134,20 @@ where
 
     /// Hands a claim this guard gave up on to the next attempt at once (a renewal to the shortest
     /// lease, fenced on the version, so it never touches a claim another attempt took over or a
-    /// finished operation). If it fails, the claim's lease runs out by itself.
+    /// finished operation). It runs on a task of its own and is waited for a third of the lease at
+    /// most: a store that holds the release up (the reason the handler was cut, often) must not
+    /// hold up the caller's answer, and a release left behind ends on its own. If it fails, the
+    /// claim's lease runs out by itself.
     async fn release(&self, identity: &GrpcOperationIdentity, version: Version) {
-        let released = UnitPerCall::new(Arc::clone(&self.units))
-            .renew_lease(identity, version, LeaseDuration::SHORTEST)
-            .await;
-        if let Err(error) = released {
-            tracing::debug!(%error, "a claim given up was not released; its lease will run out");
-        }
+        let (units, identity) = (Arc::clone(&self.units), identity.clone());
+        let release = tokio::spawn(async move {
+            let released = UnitPerCall::new(units)
+                .renew_lease(&identity, version, LeaseDuration::SHORTEST)
+                .await;
+            if let Err(error) = released {
+                tracing::debug!(%error, "a claim given up was not released; its lease will run out");
+            }
+        });
+        let _ = tokio::time::timeout(self.config.lease.get() / 3, release).await;
     }
 }

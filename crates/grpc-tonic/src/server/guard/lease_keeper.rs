@@ -76,11 +76,19 @@ impl Drop for LeaseKeeper {
 
 /// The renewals, until `stopped` says the handler finished; `Some` with the status to cut the
 /// handler with when the claim can no longer be kept.
-async fn keep<L: GrpcOperationLedger>(
+///
+/// Each renewal runs on a task of its own, waited for no longer than the lease it would extend:
+/// a renewal stuck behind a slow store, a dead connection or a lock must not let the handler run
+/// on past its lease (it is cut when the lease it holds runs out), nor hold up the handler's own
+/// transition when the handler finishes (on SQLite a renewal waits for the write lock the
+/// handler's unit holds). A renewal left behind that way ends on its own: it is never dropped in
+/// the middle of a statement, and it is fenced on the version like every other write.
+async fn keep<L: GrpcOperationLedger + 'static>(
     ledger: L,
     claim: KeptClaim,
     mut stopped: watch::Receiver<bool>,
 ) -> Option<Status> {
+    let ledger = Arc::new(ledger);
     let every = (claim.lease.get() / 3).max(Duration::from_millis(1));
     let give_up_renewing = claim.claim_sent + claim.longest_handler;
     let mut protected_until = claim.claim_sent + claim.lease.get();
@@ -108,10 +116,34 @@ async fn keep<L: GrpcOperationLedger>(
             ));
         }
         let sent = Instant::now();
-        match ledger
-            .renew_lease(&claim.identity, claim.version, claim.lease)
-            .await
-        {
+        let mut renewal = {
+            let (ledger, identity, version, lease) = (
+                Arc::clone(&ledger),
+                claim.identity.clone(),
+                claim.version,
+                claim.lease,
+            );
+            tokio::spawn(async move { ledger.renew_lease(&identity, version, lease).await })
+        };
+        let renewed = tokio::select! {
+            _ = stopped.changed() => return None,
+            renewed = tokio::time::timeout_at(protected_until, &mut renewal) => renewed,
+        };
+        let renewed = match renewed {
+            Ok(Ok(renewed)) => renewed,
+            Ok(Err(_)) => {
+                return Some(Status::internal(
+                    "a lease renewal panicked; the handler was cut and its work rolled back",
+                ));
+            }
+            Err(_) => {
+                return Some(Status::unavailable(
+                    "the claim's lease could not be renewed before it ran out; the handler was \
+                     cut and its work rolled back",
+                ));
+            }
+        };
+        match renewed {
             Ok(()) => protected_until = sent + claim.lease.get(),
             // The store is away for now; the next round tries again while the lease lasts.
             Err(LedgerError::Unavailable { kind }) => {

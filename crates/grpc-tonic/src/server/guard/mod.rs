@@ -258,7 +258,9 @@ where
 
     /// What became of the `method` operation named by this request's key and caller, read from
     /// the ledger, its lease judged by the store's clock: the body of a resolve RPC, without
-    /// reaching into the store. Key and caller are read and refused as [`run`](Self::run) does.
+    /// reaching into the store. Key and caller are read and refused as [`run`](Self::run) does,
+    /// the key from the key header only (a resolve RPC's request is not the mutation's, so a
+    /// method keyed by a request field is resolved by sending that key in the header).
     pub async fn resolve(
         &self,
         method: &GrpcMethod,
