@@ -228,7 +228,15 @@ mod keyed_option {
 
     /// The methods the set marks as keyed mutations.
     pub(super) fn methods_marked(bytes: &[u8]) -> Result<Vec<GrpcMethod>, CatalogError> {
-        let set = Set::decode(bytes).map_err(|e| CatalogError::NotADescriptorSet(e.to_string()))?;
+        // The set itself decoded already; what fails here is field 51205 of some MethodOptions
+        // with another type than this option's bool: another extension with the same number.
+        let set = Set::decode(bytes).map_err(|e| {
+            CatalogError::NotADescriptorSet(format!(
+                "a method option numbered {} is not (grpc_safe_retries.v1.keyed_mutation), a \
+                 bool: another extension uses its number ({e})",
+                super::KEYED_MUTATION_OPTION_FIELD
+            ))
+        })?;
         let mut marked = Vec::new();
         for file in &set.file {
             for service in &file.service {
