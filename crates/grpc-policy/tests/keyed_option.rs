@@ -8,7 +8,10 @@ use grpc_policy::{KEYED_MUTATION_OPTION_PROTO, MethodCatalog, MethodClass};
 /// `tests/data/keyed/orders.proto` compiled with the option's `.proto` written where its import
 /// finds it, as a user's build script does.
 fn orders_descriptor_set() -> Vec<u8> {
-    let include = std::env::temp_dir().join(format!("keyed-option-{}", std::process::id()));
+    // A directory per call: the tests of this file may run at once in one process.
+    static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    let include = std::env::temp_dir().join(format!("keyed-option-{}-{call}", std::process::id()));
     let options = include.join("grpc_safe_retries/v1");
     std::fs::create_dir_all(&options).unwrap();
     std::fs::write(options.join("options.proto"), KEYED_MUTATION_OPTION_PROTO).unwrap();
