@@ -41,4 +41,8 @@ pub enum Defect {
     /// A lease renewal counts the lease from the claim time instead of from now, so a handler
     /// that outlives its first lease is taken over while its owner keeps renewing.
     RenewalFromClaimTime,
+    /// The census judges "past the retention" by the claim time for every row, so operations
+    /// still in progress count as waiting for purge (and gauges show a backlog purge can never
+    /// clear).
+    CensusCountsInProgressAsPurgeable,
 }

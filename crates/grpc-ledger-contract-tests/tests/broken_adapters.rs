@@ -189,6 +189,17 @@ async fn the_suite_catches_a_renewal_counted_from_the_claim() {
     );
 }
 
+/// A census that counts operations in progress as waiting for purge is caught by the census case.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_suite_catches_a_census_counting_in_progress_as_purgeable() {
+    let report = caught_for(Defect::CensusCountsInProgressAsPurgeable).await;
+    assert_caught_for(
+        &report,
+        "census_counts_by_the_stores_clock",
+        "census-counts",
+    );
+}
+
 /// Every case's failure names its rule, its step and (where there is one) the identity.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn failures_name_the_rule_the_step_and_the_identity() {

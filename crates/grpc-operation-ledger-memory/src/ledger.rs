@@ -391,7 +391,15 @@ impl GrpcOperationLedger for InMemoryOperationLedger {
         let now = SystemTime::now();
         let committed = self.shared.committed();
         let mut census = LedgerCensus::default();
+        let broken = self.shared.defect == Some(Defect::CensusCountsInProgressAsPurgeable);
         for row in committed.rows.values() {
+            if broken
+                && now
+                    .duration_since(row.claimed_at)
+                    .is_ok_and(|age| age > retention)
+            {
+                census.past_retention += 1;
+            }
             match row.completed_at() {
                 None => {
                     census.in_progress += 1;
@@ -401,7 +409,7 @@ impl GrpcOperationLedger for InMemoryOperationLedger {
                     let age = now.duration_since(row.claimed_at).unwrap_or_default();
                     census.oldest_in_progress = census.oldest_in_progress.max(Some(age));
                 }
-                Some(at) if now.duration_since(at).is_ok_and(|age| age > retention) => {
+                Some(at) if !broken && now.duration_since(at).is_ok_and(|age| age > retention) => {
                     census.past_retention += 1;
                 }
                 Some(_) => {}
