@@ -54,6 +54,7 @@ impl Payments for Unguarded {
             payment_id: format!("u-{}", self.next_id.fetch_add(1, Ordering::Relaxed)),
             account: request.account,
             amount_minor: request.amount_minor,
+            ..Payment::default()
         };
         let txn = self.units.begin().await.map_err(Status::from)?;
         insert_payment(&txn, &payment)
@@ -101,6 +102,7 @@ fn payment_request(key: &str) -> CreatePaymentRequest {
         account: format!("acct-{key}"),
         amount_minor: 100,
         labels,
+        ..CreatePaymentRequest::default()
     }
 }
 
@@ -294,6 +296,7 @@ impl Payments for Echo {
             payment_id: "echo".to_owned(),
             account: request.account,
             amount_minor: request.amount_minor,
+            ..Payment::default()
         }))
     }
 

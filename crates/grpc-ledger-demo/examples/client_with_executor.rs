@@ -55,7 +55,7 @@ async fn main() -> Result<()> {
         let message = CreatePaymentRequest {
             account: format!("executor-{n}"),
             amount_minor: 100 + n,
-            labels: Default::default(),
+            ..Default::default()
         };
         let answer = executor
             .call_keyed(

@@ -41,7 +41,7 @@ async fn main() -> Result<()> {
         let mut request = Request::new(CreatePaymentRequest {
             account: format!("layer-{n}"),
             amount_minor: 100 + n,
-            labels: Default::default(),
+            ..Default::default()
         });
         let metadata = request.metadata_mut();
         metadata.insert("authorization", "Bearer demo-client-token".parse()?);

@@ -42,6 +42,7 @@ impl Payments for YourPayments {
                         payment_id: format!("pay-{}", request.account),
                         account: request.account,
                         amount_minor: request.amount_minor,
+                        ..Default::default()
                     };
                     insert(&txn, &payment)
                         .await
@@ -99,6 +100,7 @@ async fn load(txn: &DatabaseTransaction, payment_id: &str) -> Result<Payment, St
         payment_id: row.try_get("", "payment_id").map_err(bad_row)?,
         account: row.try_get("", "account").map_err(bad_row)?,
         amount_minor: row.try_get("", "amount_minor").map_err(bad_row)?,
+        ..Default::default()
     })
 }
 
@@ -150,7 +152,7 @@ async fn main() -> Result<()> {
         let mut request = Request::new(CreatePaymentRequest {
             account: "alice".into(),
             amount_minor: amount,
-            labels: Default::default(),
+            ..Default::default()
         });
         let metadata = request.metadata_mut();
         metadata.insert("authorization", "Bearer example-token".parse().unwrap());

@@ -3,6 +3,7 @@
 use std::collections::HashSet;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
@@ -54,9 +55,11 @@ pub enum ClientRetries {
 }
 
 /// One acknowledged payment: what the client was told.
-struct Acknowledged {
-    account: String,
-    payment_id: String,
+pub(crate) struct Acknowledged {
+    pub(crate) account: String,
+    pub(crate) payment_id: String,
+    /// The posting it made, when the service is chained to a postings service.
+    pub(crate) posting_id: String,
 }
 
 /// Sends the workload to the server at `addr` and reconciles the result against the store of
@@ -66,6 +69,32 @@ pub async fn run_client(
     options: &ClientOptions,
     units: &SeaOrmUnitsOfWork,
 ) -> Result<DemoReport> {
+    let mut workload = send_payments(addr, options, &Arc::default()).await?;
+    reconcile_until_reachable(
+        units,
+        &options.run_id,
+        &workload.acknowledged,
+        &mut workload.report,
+    )
+    .await?;
+    Ok(workload.report)
+}
+
+/// What the client sent and was told, before any reconciliation.
+pub(crate) struct Workload {
+    /// The client's side of the report (reconciliation not yet done).
+    pub(crate) report: DemoReport,
+    /// The payments it was told succeeded.
+    pub(crate) acknowledged: Vec<Acknowledged>,
+    /// The numbers of the payments it was not (its key, account and body follow from the number).
+    pub(crate) unacknowledged: Vec<u64>,
+}
+
+/// The client's channel and its retry owner for `options`, and the owner's counters.
+async fn connect(
+    addr: SocketAddr,
+    options: &ClientOptions,
+) -> Result<(Client, Retrier, Arc<grpc_tonic::ExecutorStats>)> {
     let channel = Channel::from_shared(format!("http://{addr}"))?
         .connect()
         .await?;
@@ -86,6 +115,16 @@ pub async fn run_client(
             (Retrier::Application(executor), stats)
         }
     };
+    Ok((client, retrier, stats))
+}
+
+/// Sends the workload to the server at `addr`, counting finished payments in `finished`.
+pub(crate) async fn send_payments(
+    addr: SocketAddr,
+    options: &ClientOptions,
+    finished: &Arc<AtomicU64>,
+) -> Result<Workload> {
+    let (client, retrier, stats) = connect(addr, options).await?;
     let gate = Arc::new(Semaphore::new(options.concurrency.max(1)));
     let mut tasks = Vec::new();
     // indicatif draws only on a terminal: piped into a log or CI, stderr gets no frames.
@@ -97,11 +136,12 @@ pub async fn run_client(
     for n in 0..options.payments {
         let permit = Arc::clone(&gate).acquire_owned().await?;
         let (client, retrier, task_options) = (client.clone(), retrier.clone(), options.clone());
-        let bar = bar.clone();
+        let (bar, finished) = (bar.clone(), Arc::clone(finished));
         tasks.push(tokio::spawn(async move {
             let _permit = permit;
-            let outcome = pay_once(n, client, &retrier, &task_options).await;
+            let outcome = pay_once(n, client, &retrier, &task_options, true).await;
             bar.inc(1);
+            finished.fetch_add(1, Ordering::Relaxed);
             outcome
         }));
     }
@@ -112,13 +152,15 @@ pub async fn run_client(
     };
     let mut latencies = Vec::new();
     let mut acknowledged = Vec::new();
-    for task in tasks {
+    let mut unacknowledged = Vec::new();
+    for (n, task) in (0..).zip(tasks) {
         let outcome = task.await?;
         latencies.push(outcome.latency);
         match (outcome.acknowledged, outcome.failure) {
             (Some(ack), _) => acknowledged.push(ack),
             (None, failure) => {
                 report.failed += 1;
+                unacknowledged.push(n);
                 let failure = failure.unwrap_or_else(|| "no status".to_owned());
                 *report.failures.entry(failure).or_default() += 1;
             }
@@ -142,16 +184,63 @@ pub async fn run_client(
     };
     report.p50 = percentile(0.50);
     report.p99 = percentile(0.99);
-    // The store may be restarting under a fault test; reconciliation waits for it.
+    Ok(Workload {
+        report,
+        acknowledged,
+        unacknowledged,
+    })
+}
+
+/// Resends the payments numbered `numbers` (same key, same body, `options.concurrency` at once),
+/// each until it is answered or `within` has passed; the ones acknowledged.
+pub(crate) async fn resend_until_answered(
+    addr: SocketAddr,
+    options: &ClientOptions,
+    numbers: &[u64],
+    within: Duration,
+) -> Result<Vec<Acknowledged>> {
+    let (client, retrier, _) = connect(addr, options).await?;
+    let until = Instant::now() + within;
+    let gate = Arc::new(Semaphore::new(options.concurrency.max(1)));
+    let mut tasks = Vec::new();
+    for &n in numbers {
+        let permit = Arc::clone(&gate).acquire_owned().await?;
+        let (client, retrier, options) = (client.clone(), retrier.clone(), options.clone());
+        tasks.push(tokio::spawn(async move {
+            let _permit = permit;
+            loop {
+                let outcome = pay_once(n, client.clone(), &retrier, &options, false).await;
+                if outcome.acknowledged.is_some() || Instant::now() >= until {
+                    return outcome.acknowledged;
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }));
+    }
+    let mut acknowledged = Vec::new();
+    for task in tasks {
+        acknowledged.extend(task.await?);
+    }
+    Ok(acknowledged)
+}
+
+/// [`reconcile`], waited for while the store is unreachable (it may be restarting under a fault
+/// test).
+async fn reconcile_until_reachable(
+    units: &SeaOrmUnitsOfWork,
+    run_id: &str,
+    acknowledged: &[Acknowledged],
+    report: &mut DemoReport,
+) -> Result<()> {
     let mut tries = 0;
-    while let Err(error) = reconcile(units, &options.run_id, &acknowledged, &mut report).await {
+    while let Err(error) = reconcile(units, run_id, acknowledged, report).await {
         tries += 1;
         if tries == 20 {
             return Err(error.context("reconciling from the database"));
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    Ok(report)
+    Ok(())
 }
 
 struct PaymentOutcome {
@@ -220,11 +309,14 @@ impl Retrier {
     }
 }
 
+/// Payment `n` of the run (its key, account and body follow from `n`); then, if `changed_body`
+/// and `n` is due, a resend of its key with another body.
 async fn pay_once(
     n: u64,
     client: Client,
     retrier: &Retrier,
     options: &ClientOptions,
+    changed_body: bool,
 ) -> PaymentOutcome {
     let key_text = format!("{}-order-{n}", options.run_id);
     let key = IdempotencyKey::parse(&key_text).expect("demo keys are visible ASCII");
@@ -234,6 +326,7 @@ async fn pay_once(
         account: account.clone(),
         amount_minor: 100 + n as i64,
         labels: labels(n),
+        ..CreatePaymentRequest::default()
     };
     let started = Instant::now();
     let answer = retrier
@@ -255,11 +348,16 @@ async fn pay_once(
             return outcome;
         }
     };
+    let payment = response.into_inner();
     outcome.acknowledged = Some(Acknowledged {
         account,
-        payment_id: response.into_inner().payment_id,
+        payment_id: payment.payment_id,
+        posting_id: payment.posting_id,
     });
-    if options.changed_body_every > 0 && n.is_multiple_of(options.changed_body_every) {
+    if changed_body
+        && options.changed_body_every > 0
+        && n.is_multiple_of(options.changed_body_every)
+    {
         let mut changed = Request::new(CreatePaymentRequest {
             amount_minor: message.amount_minor + 1,
             ..message
@@ -285,7 +383,7 @@ async fn pay_once(
 ///
 /// It reads in a unit of work of the ledger's units, as every statement must behind a
 /// transaction pooler.
-async fn reconcile(
+pub(crate) async fn reconcile(
     units: &SeaOrmUnitsOfWork,
     run_id: &str,
     acknowledged: &[Acknowledged],

@@ -3,6 +3,7 @@
 //! server committed, delays some past the client's deadline, and resends some keys with a changed
 //! body. At the end the payments table is reconciled against what the client was told.
 
+mod chain;
 mod client;
 
 use std::fmt;
@@ -15,6 +16,10 @@ use grpc_operation_ledger_seaorm::{LedgerConfig, SeaOrmUnitsOfWork};
 use grpc_tonic::{GuardMode, RetentionConfig};
 use sea_orm::DatabaseConnection;
 
+pub use chain::{
+    ChainFaults, ChainReport, ChainStores, check_chain_mode, connect_chain, open_postings_store,
+    payments_server, postings_server, run_chain,
+};
 pub use client::{ClientOptions, ClientRetries, run_client};
 
 // Every Rust block of the README compiles (and the adoption examples in `examples/` run in

@@ -4,11 +4,17 @@ use std::process::ExitCode;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use clap::Parser;
+use std::sync::Arc;
+
+use anyhow::Context;
 use grpc_ledger_demo::{
-    ClientOptions, ClientRetries, FaultOptions, faulty_service, run_client, run_demo_in,
+    ChainFaults, ChainStores, ClientOptions, ClientRetries, FaultOptions, INJECTED_DELAY,
+    check_chain_mode, connect_chain, faulty_service, payments_server, postings_server, run_chain,
+    run_client, run_demo_in,
 };
-use grpc_ledger_payments::{Store, open_store, serve};
+use grpc_ledger_payments::{Faults, Store, UnitFailures, open_store, serve};
 use grpc_operation_ledger_seaorm::{Pooler, SeaOrmUnitsOfWork};
+use grpc_tonic::testing::AfterCommitFaults;
 use grpc_tonic::{GuardMode, RetentionConfig};
 
 /// Runs the payments service on a loopback port and a client that loses responses on purpose,
@@ -75,6 +81,39 @@ struct Args {
     /// Seconds between the retention worker's passes (each jittered by up to a fifth).
     #[arg(long, default_value_t = 60)]
     retention_interval_secs: u64,
+    /// Chain the payments service to a postings service (each with its own guard and store):
+    /// every payment posts once, inside its unit of work, under a key derived from the payment's
+    /// operation. Faults strike both hops, payments fail after their posting committed, and each
+    /// server is killed once mid-run; both stores are reconciled, and the postings whose payment
+    /// never committed are settled by the client's resends under the same keys.
+    #[arg(long)]
+    chain: bool,
+    /// The postings service's database server (as `--database-url`; default: an SQLite file of
+    /// its own, `--postings-sqlite`).
+    #[arg(long, requires = "chain")]
+    postings_database_url: Option<String>,
+    /// The postings service's SQLite file (default: a fresh file in the temporary directory,
+    /// removed afterwards).
+    #[arg(long, requires = "chain")]
+    postings_sqlite: Option<std::path::PathBuf>,
+    /// Share of the postings' responses lost after the posting committed.
+    #[arg(long, default_value_t = 0.2)]
+    postings_drop_rate: f64,
+    /// Share of the postings' streams reset after the posting committed.
+    #[arg(long, default_value_t = 0.05)]
+    postings_reset_rate: f64,
+    /// Share of payments whose unit fails (rolls back) after their posting committed.
+    #[arg(long, default_value_t = 0.1)]
+    fail_after_posting_rate: f64,
+    /// Do not kill the servers of a chained run.
+    #[arg(long, requires = "chain")]
+    no_kill: bool,
+    /// Only serve the postings service of a chain, on this address, until killed.
+    #[arg(long, value_name = "ADDR", requires = "chain", conflicts_with_all = ["serve", "connect"])]
+    serve_postings: Option<std::net::SocketAddr>,
+    /// The postings server the payments server of a chain (`--serve`) posts to.
+    #[arg(long, value_name = "ADDR", requires = "serve")]
+    postings_at: Option<std::net::SocketAddr>,
     /// Log events as JSON lines (on stderr) instead of text. Which events: `RUST_LOG` (default
     /// `warn`; `info` adds one line per replayed or refused call, with its method and caller).
     #[arg(long)]
@@ -151,18 +190,14 @@ async fn main() -> ExitCode {
         format!("{millis:x}")
     });
     let temporary = std::env::temp_dir().join(format!("grpc-ledger-demo-{run_id}.sqlite"));
-    let store = match (&args.database_url, &args.sqlite) {
-        (Some(url), _) => Store::Server {
-            url: url.clone(),
-            pooler: if args.direct_connection {
-                Pooler::None
-            } else {
-                Pooler::Unknown
-            },
-        },
-        (None, Some(path)) => Store::Sqlite(path.clone()),
-        (None, None) => Store::Sqlite(temporary.clone()),
+    let postings_temporary =
+        std::env::temp_dir().join(format!("grpc-ledger-demo-{run_id}-postings.sqlite"));
+    let pooler = if args.direct_connection {
+        Pooler::None
+    } else {
+        Pooler::Unknown
     };
+    let store = store_of(&args.database_url, &args.sqlite, &temporary, pooler);
     let faults = FaultOptions {
         drop_rate: args.drop_rate,
         delay_rate: args.delay_rate,
@@ -177,29 +212,40 @@ async fn main() -> ExitCode {
         retries: args.retries.into(),
     };
     eprintln!("store: {store}");
-    let outcome = match (args.serve, args.connect) {
-        (Some(addr), _) => {
-            let retention = RetentionConfig::new(Duration::from_secs(args.retention_secs))
-                .with_interval(Duration::from_secs(args.retention_interval_secs.max(1)));
-            serve_only(&store, args.mode.into(), faults, retention, addr, &run_id)
-                .await
-                .map(|()| None)
-        }
-        (None, Some(addr)) => connect_only(&store, addr, &client).await.map(Some),
-        (None, None) => run_demo_in(args.mode.into(), &store, faults, &client)
-            .await
-            .map(Some),
+    let outcome = if args.chain {
+        let stores = ChainStores {
+            payments: store,
+            postings: store_of(
+                &args.postings_database_url,
+                &args.postings_sqlite,
+                &postings_temporary,
+                pooler,
+            ),
+        };
+        eprintln!("postings store: {}", stores.postings);
+        run_chained(&args, &stores, faults, &client, &run_id).await
+    } else {
+        run_single(&args, &store, faults, &client, &run_id).await
     };
-    if args.database_url.is_none() && args.sqlite.is_none() {
-        for suffix in ["", "-wal", "-shm"] {
-            let _ = std::fs::remove_file(format!("{}{suffix}", temporary.display()));
+    for (url, file, path) in [
+        (&args.database_url, &args.sqlite, &temporary),
+        (
+            &args.postings_database_url,
+            &args.postings_sqlite,
+            &postings_temporary,
+        ),
+    ] {
+        if url.is_none() && file.is_none() {
+            for suffix in ["", "-wal", "-shm"] {
+                let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+            }
         }
     }
     match outcome {
         Ok(None) => ExitCode::SUCCESS,
-        Ok(Some(report)) => {
+        Ok(Some((report, reconciled))) => {
             println!("{report}");
-            if report.reconciled() {
+            if reconciled {
                 ExitCode::SUCCESS
             } else {
                 ExitCode::from(1)
@@ -210,6 +256,121 @@ async fn main() -> ExitCode {
             ExitCode::from(2)
         }
     }
+}
+
+/// A store from the command line: the database server at `url`, else the SQLite `file`, else
+/// the `temporary` SQLite file.
+fn store_of(
+    url: &Option<String>,
+    file: &Option<std::path::PathBuf>,
+    temporary: &std::path::Path,
+    pooler: Pooler,
+) -> Store {
+    match (url, file) {
+        (Some(url), _) => Store::Server {
+            url: url.clone(),
+            pooler,
+        },
+        (None, Some(path)) => Store::Sqlite(path.clone()),
+        (None, None) => Store::Sqlite(temporary.to_path_buf()),
+    }
+}
+
+/// What a run printed, and whether it reconciled (`None` for a server that only served).
+type Outcome = anyhow::Result<Option<(String, bool)>>;
+
+/// The single service: a whole run, its server alone, or its client alone.
+async fn run_single(
+    args: &Args,
+    store: &Store,
+    faults: FaultOptions,
+    client: &ClientOptions,
+    run_id: &str,
+) -> Outcome {
+    let report = match (args.serve, args.connect) {
+        (Some(addr), _) => {
+            let retention = RetentionConfig::new(Duration::from_secs(args.retention_secs))
+                .with_interval(Duration::from_secs(args.retention_interval_secs.max(1)));
+            serve_only(store, args.mode.into(), faults, retention, addr, run_id).await?;
+            return Ok(None);
+        }
+        (None, Some(addr)) => connect_only(store, addr, client).await?,
+        (None, None) => run_demo_in(args.mode.into(), store, faults, client).await?,
+    };
+    Ok(Some((report.to_string(), report.reconciled())))
+}
+
+/// The chain: a whole run, one of its servers alone (each until killed), or its client alone.
+async fn run_chained(
+    args: &Args,
+    stores: &ChainStores,
+    faults: FaultOptions,
+    client: &ClientOptions,
+    run_id: &str,
+) -> Outcome {
+    let mode = GuardMode::from(args.mode);
+    check_chain_mode(mode)?;
+    // A restarted server must not reuse an id of the process it replaces.
+    let process = std::process::id();
+    if let Some(addr) = args.serve_postings {
+        let faults = Arc::new(AfterCommitFaults::new(
+            args.postings_drop_rate,
+            args.postings_reset_rate,
+            u64::from(process),
+        ));
+        let listener = listening_on(addr).await?;
+        let prefix = format!("post-{run_id}-{process}");
+        postings_server(stores.postings.clone(), mode, faults, prefix, listener).await?;
+        return Ok(None);
+    }
+    if let Some(addr) = args.serve {
+        let postings = args
+            .postings_at
+            .context("a chained payments server needs --postings-at")?;
+        let payments_faults = Arc::new(Faults::new(
+            faults.drop_rate,
+            faults.delay_rate,
+            INJECTED_DELAY,
+            u64::from(process),
+        ));
+        let unit_failures = Arc::new(UnitFailures::new(
+            args.fail_after_posting_rate,
+            u64::from(process).rotate_left(31),
+        ));
+        let listener = listening_on(addr).await?;
+        let prefix = format!("pay-{run_id}-{process}");
+        let server = payments_server(
+            stores.payments.clone(),
+            mode,
+            payments_faults,
+            unit_failures,
+            postings,
+            prefix,
+            listener,
+        );
+        server.await?;
+        return Ok(None);
+    }
+    let report = match args.connect {
+        Some(addr) => connect_chain(addr, stores, client).await?,
+        None => {
+            let chain_faults = ChainFaults {
+                postings_drop_rate: args.postings_drop_rate,
+                postings_reset_rate: args.postings_reset_rate,
+                fail_after_posting_rate: args.fail_after_posting_rate,
+                kill_servers: !args.no_kill,
+            };
+            run_chain(mode, stores, faults, chain_faults, client).await?
+        }
+    };
+    Ok(Some((report.to_string(), report.reconciled())))
+}
+
+/// Binds `addr` and says so on stdout (what the fault tests wait for).
+async fn listening_on(addr: std::net::SocketAddr) -> anyhow::Result<tokio::net::TcpListener> {
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    println!("listening on {}", listener.local_addr()?);
+    Ok(listener)
 }
 
 /// Serves until interrupted or killed.
@@ -226,8 +387,7 @@ async fn serve_only(
     let prefix = format!("pay-{run_id}-{process}");
     let (_db, _config, service, _faults) =
         faulty_service(store, mode, faults, &retention, u64::from(process), &prefix).await?;
-    let listener = tokio::net::TcpListener::bind(addr).await?;
-    println!("listening on {}", listener.local_addr()?);
+    let listener = listening_on(addr).await?;
     let (stop_retention, retention_stopped) = tokio::sync::oneshot::channel::<()>();
     let retention = service.retention_worker(retention).spawn(async {
         let _ = retention_stopped.await;

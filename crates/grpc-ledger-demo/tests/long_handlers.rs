@@ -56,7 +56,7 @@ fn request(key: &str) -> Request<CreatePaymentRequest> {
     let mut request = Request::new(CreatePaymentRequest {
         account: "acct-long".to_owned(),
         amount_minor: 500,
-        labels: Default::default(),
+        ..Default::default()
     });
     request
         .metadata_mut()

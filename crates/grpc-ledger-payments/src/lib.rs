@@ -14,23 +14,31 @@ pub mod pb {
 }
 
 mod client;
+mod postings;
 mod server;
 mod store;
 
 pub use client::{
     Client, LayeredClient, channel_config, layered_client, resolve, retry_settings, with_token,
 };
+pub use postings::{
+    Downstream, PAYMENTS_SERVICE_TOKEN, POSTINGS_LABEL, PostingsService, UnitFailures,
+    post_entry_method, prepare_postings_database, serve_postings,
+};
 pub use server::{
     Faults, PaymentsService, authenticate, create_payment_method, insert_payment, load_payment,
     prepare_database, statement,
 };
-pub use store::{Store, open_store, serve, service};
+pub use store::{Store, open_ledger_store, open_store, serve, service};
 
 /// The descriptor set of the service's .proto, compiled by protox at build time.
 pub const DESCRIPTOR_SET: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/payments.pb"));
 
 /// The service config (gRFC A6) the client's channel runs with.
 pub const SERVICE_CONFIG: &str = include_str!("../service_config.json");
+
+/// The service config (gRFC A6) of the payments service's channel to the postings service.
+pub const POSTINGS_SERVICE_CONFIG: &str = include_str!("../postings_service_config.json");
 
 /// The bearer token the service's single client authenticates with.
 pub const DEMO_TOKEN: &str = "demo-client-token";

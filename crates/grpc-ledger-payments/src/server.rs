@@ -19,17 +19,24 @@ use crate::DEMO_TOKEN;
 use crate::pb::payments_server::Payments;
 use crate::pb::resolve_payment_response::State;
 use crate::pb::{CreatePaymentRequest, Payment, ResolvePaymentRequest, ResolvePaymentResponse};
+use crate::postings::Downstream;
 
 /// The method the guard protects.
 pub fn create_payment_method() -> GrpcMethod {
     GrpcMethod::parse("/payments.v1.Payments/CreatePayment").expect("a valid method name")
 }
 
-/// Creates the business table (the ledger's comes from its migrator).
+/// Creates the business tables (the ledger's comes from its migrator): the payments, and which
+/// posting each payment made when the service runs chained to a postings service.
 pub async fn prepare_database(db: &DatabaseConnection) -> Result<(), DbErr> {
     db.execute_unprepared(
         "CREATE TABLE IF NOT EXISTS demo_payments (payment_id VARCHAR(64) PRIMARY KEY, \
          account VARCHAR(128) NOT NULL, amount_minor BIGINT NOT NULL)",
+    )
+    .await?;
+    db.execute_unprepared(
+        "CREATE TABLE IF NOT EXISTS demo_payment_postings (payment_id VARCHAR(64) PRIMARY KEY, \
+         posting_id VARCHAR(64) NOT NULL)",
     )
     .await
     .map(|_| ())
@@ -92,7 +99,15 @@ impl Faults {
 
 /// Verifies the bearer token and records the authenticated principal for the guard. (A real
 /// deployment verifies an mTLS peer certificate or a signed token here.)
-pub fn authenticate(mut request: Request<()>) -> Result<Request<()>, Status> {
+pub fn authenticate(request: Request<()>) -> Result<Request<()>, Status> {
+    bearer_token(request, DEMO_TOKEN)
+}
+
+/// Admits a request bearing `expected` as its token, with that token as its principal.
+pub(crate) fn bearer_token(
+    mut request: Request<()>,
+    expected: &str,
+) -> Result<Request<()>, Status> {
     let token = request
         .metadata()
         .get("authorization")
@@ -100,7 +115,7 @@ pub fn authenticate(mut request: Request<()>) -> Result<Request<()>, Status> {
         .and_then(|v| v.strip_prefix("Bearer "))
         .map(str::to_owned);
     match token {
-        Some(token) if token == DEMO_TOKEN => {
+        Some(token) if token == expected => {
             request
                 .extensions_mut()
                 .insert(AuthenticatedPrincipal(token.into_bytes()));
@@ -117,6 +132,7 @@ pub struct PaymentsService {
     next_id: AtomicU64,
     id_prefix: String,
     retention: Option<Duration>,
+    downstream: Option<Arc<Downstream>>,
 }
 
 impl PaymentsService {
@@ -132,7 +148,16 @@ impl PaymentsService {
             next_id: AtomicU64::new(1),
             id_prefix: id_prefix.to_owned(),
             retention: None,
+            downstream: None,
         }
+    }
+
+    /// Chains the service to a postings service: each payment posts through `downstream` inside
+    /// its unit of work, under the key the guard derives for the call, and records the posting
+    /// beside the payment.
+    pub fn with_downstream(mut self, downstream: Arc<Downstream>) -> Self {
+        self.downstream = Some(downstream);
+        self
     }
 
     /// Tells clients, in every ResolvePayment answer, how long a finished payment's record is
@@ -162,12 +187,27 @@ pub async fn insert_payment(txn: &DatabaseTransaction, payment: &Payment) -> Res
         .map(|_| ())
 }
 
-/// The business read: the payment with `payment_id`, if there is one.
+/// The chained payment's second write: which posting it made, on the same transaction.
+async fn insert_payment_posting(txn: &DatabaseTransaction, payment: &Payment) -> Result<(), DbErr> {
+    let sql = "INSERT INTO demo_payment_postings (payment_id, posting_id) VALUES ($1, $2)";
+    let values = vec![
+        payment.payment_id.clone().into(),
+        payment.posting_id.clone().into(),
+    ];
+    txn.execute_raw(statement(txn, sql, values))
+        .await
+        .map(|_| ())
+}
+
+/// The business read: the payment with `payment_id` (and its posting, if it made one), if there
+/// is one.
 pub async fn load_payment(
     db: &impl ConnectionTrait,
     payment_id: &str,
 ) -> Result<Option<Payment>, DbErr> {
-    let sql = "SELECT payment_id, account, amount_minor FROM demo_payments WHERE payment_id = $1";
+    let sql = "SELECT p.payment_id, p.account, p.amount_minor, l.posting_id \
+               FROM demo_payments p LEFT JOIN demo_payment_postings l \
+               ON l.payment_id = p.payment_id WHERE p.payment_id = $1";
     let row = db
         .query_one_raw(statement(db, sql, vec![payment_id.into()]))
         .await?;
@@ -176,6 +216,9 @@ pub async fn load_payment(
             payment_id: row.try_get("", "payment_id")?,
             account: row.try_get("", "account")?,
             amount_minor: row.try_get("", "amount_minor")?,
+            posting_id: row
+                .try_get::<Option<String>>("", "posting_id")?
+                .unwrap_or_default(),
         })
     })
     .transpose()
@@ -192,6 +235,18 @@ impl Payments for PaymentsService {
             self.id_prefix,
             self.next_id.fetch_add(1, Ordering::Relaxed)
         );
+        // Derived before the unit, from the same operation identity the guard claims.
+        let downstream = match &self.downstream {
+            Some(downstream) => {
+                let key = self.guard.downstream_key(
+                    &create_payment_method(),
+                    &request,
+                    downstream.label(),
+                )?;
+                Some((Arc::clone(downstream), key))
+            }
+            None => None,
+        };
         let response = self
             .guard
             .run_request(
@@ -202,14 +257,33 @@ impl Payments for PaymentsService {
                             "amount must be positive",
                         )));
                     }
-                    let payment = Payment {
+                    let mut payment = Payment {
                         payment_id: payment_id.clone(),
                         account: request.account,
                         amount_minor: request.amount_minor,
+                        posting_id: String::new(),
                     };
+                    if let Some((downstream, key)) = &downstream {
+                        let posting = downstream
+                            .post(key, &payment.account, payment.amount_minor)
+                            .await?;
+                        if downstream.fails_after_posting() {
+                            return Err(HandlerError::Transient(Status::unavailable(
+                                "injected fault: the payment failed after its posting committed",
+                            )));
+                        }
+                        payment.posting_id = posting.posting_id;
+                    }
                     insert_payment(&txn, &payment).await.map_err(|_| {
                         HandlerError::Transient(Status::unavailable("the payments store failed"))
                     })?;
+                    if downstream.is_some() {
+                        insert_payment_posting(&txn, &payment).await.map_err(|_| {
+                            HandlerError::Transient(Status::unavailable(
+                                "the payments store failed",
+                            ))
+                        })?;
+                    }
                     let outcome = OutcomeReference::parse(&payment_id)
                         .map_err(|_| HandlerError::Transient(Status::internal("bad payment id")))?;
                     Ok(Committed {

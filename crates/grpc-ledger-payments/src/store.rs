@@ -31,8 +31,17 @@ pub enum Store {
 }
 
 /// Opens the store (creating the SQLite file, or applying the ledger's migrations on PostgreSQL)
-/// and the demo's business table.
+/// and the demo's business tables.
 pub async fn open_store(store: &Store) -> anyhow::Result<(DatabaseConnection, LedgerConfig)> {
+    let (db, config) = open_ledger_store(store).await?;
+    prepare_database(&db).await?;
+    Ok((db, config))
+}
+
+/// Opens the store with the ledger's tables only (a service's business tables are its own).
+pub async fn open_ledger_store(
+    store: &Store,
+) -> anyhow::Result<(DatabaseConnection, LedgerConfig)> {
     let mut config = LedgerConfig::default().with_max_connections(32);
     let db = match store {
         Store::Sqlite(path) => open_sqlite(path, &config).await?,
@@ -45,7 +54,6 @@ pub async fn open_store(store: &Store) -> anyhow::Result<(DatabaseConnection, Le
             db
         }
     };
-    prepare_database(&db).await?;
     Ok((db, config))
 }
 
@@ -76,15 +84,15 @@ pub fn service(
 ) -> anyhow::Result<PaymentsService> {
     // The service hashes keys with a server secret, as a production deployment should.
     let hasher = KeyHasher::hmac_sha256(b"demo-server-secret-change-me-0123")?;
-    let guard = KeyedMutationGuard::new(
-        SeaOrmUnitsOfWork::new(db.clone(), config),
-        GuardConfig::new(
-            hasher,
-            RequestSchema::from_file_descriptor_set(DESCRIPTOR_SET)?,
-        )
-        // Write-once fits the demo's handler: its one effect is the payment row, in the unit.
-        .with_mode(mode),
-    );
+    // Clients that cannot set the key header send it as the request's `request_id` (AIP-155).
+    let (guard_config, _) = GuardConfig::new(
+        hasher,
+        RequestSchema::from_file_descriptor_set(DESCRIPTOR_SET)?,
+    )
+    // Write-once fits the demo's handler: its one effect is the payment row, in the unit.
+    .with_mode(mode)
+    .with_aip155_request_ids();
+    let guard = KeyedMutationGuard::new(SeaOrmUnitsOfWork::new(db.clone(), config), guard_config);
     Ok(PaymentsService::new(guard, faults, id_prefix))
 }
 
