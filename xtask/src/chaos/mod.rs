@@ -25,7 +25,7 @@ use crate::pgbouncer;
 use crate::postgres::{self, Cluster};
 use proxy::Proxy;
 use report::Summary;
-use scenarios::{GaleraNodeKilled, Periodic, PostgresFault, Scenario};
+use scenarios::{ChainSide, GaleraNodeKilled, Periodic, PostgresFault, Scenario};
 use supervise::{DemoRun, DemoServer};
 
 /// How much a run puts through each scenario.
@@ -91,6 +91,7 @@ fn on_postgres(
         payments: load.payments,
         run_id: &run_id,
         retry_owner: scenario.retry_owner,
+        postings_url: None,
     };
     let summary = match scenario.fault {
         PostgresFault::RestartFast { at } => {
@@ -121,6 +122,19 @@ fn on_postgres(
         }
         PostgresFault::KillServer { at, downtime } => {
             server_killed(scenario, run, at, downtime, load.rounds, interrupted)?
+        }
+        PostgresFault::KillChainServer { side, at, downtime } => {
+            let postings_url = postings_database(cluster)?;
+            let run = DemoRun {
+                postings_url: Some(&postings_url),
+                ..run
+            };
+            let kill = KillSchedule {
+                at,
+                downtime,
+                rounds: load.rounds,
+            };
+            chain_server_killed(scenario, run, side, kill, interrupted)?
         }
         PostgresFault::FailOverToStandby { at } => {
             let (summary, orphans) = failover(scenario, run, at, interrupted)?;
@@ -177,6 +191,77 @@ fn server_killed(
         Ok(())
     });
     drop(server);
+    Ok(Summary {
+        scenario: scenario.name,
+        faults: kills,
+        report: demo_report?,
+    })
+}
+
+/// The database of the chained demo's postings service on `cluster` (created if missing); its
+/// URL.
+fn postings_database(cluster: &Cluster) -> Result<String> {
+    const DATABASE: &str = "chain_postings";
+    let found = cluster.psql(&format!(
+        "SELECT count(*) FROM pg_database WHERE datname = '{DATABASE}'"
+    ))?;
+    if found == "0" {
+        cluster.psql(&format!("CREATE DATABASE {DATABASE}"))?;
+    }
+    let (server, _) = cluster
+        .url()
+        .rsplit_once('/')
+        .context("the cluster's URL names no database")?;
+    Ok(format!("{server}/{DATABASE}"))
+}
+
+/// When a killed server is killed, how long it stays down, and how many times.
+#[derive(Debug, Clone, Copy)]
+struct KillSchedule {
+    at: Periodic,
+    downtime: Duration,
+    rounds: u32,
+}
+
+/// The chained demo in three processes (postings server, payments server, client), the server on
+/// `side` killed (SIGKILL) mid-load and started again on its port; the client settles and
+/// reconciles both databases.
+fn chain_server_killed(
+    scenario: &Scenario<PostgresFault>,
+    run: DemoRun<'_>,
+    side: ChainSide,
+    kill: KillSchedule,
+    interrupted: &AtomicBool,
+) -> Result<Summary> {
+    eprintln!("xtask: chaos scenario: {}", scenario.announced);
+    let postings_addr = format!("127.0.0.1:{}", free_loopback_port()?);
+    let payments_addr = format!("127.0.0.1:{}", free_loopback_port()?);
+    let postings = DemoServer::start_with(run, &["--serve-postings", &postings_addr])?;
+    let payments = DemoServer::start_with(
+        run,
+        &["--serve", &payments_addr, "--postings-at", &postings_addr],
+    )?;
+    let mut servers = [payments, postings];
+    let victim = match side {
+        ChainSide::Payments => 0,
+        ChainSide::Postings => 1,
+    };
+    let client = run.spawn_client(&payments_addr)?;
+    let mut kills = 0;
+    let mut tick = 0u32;
+    let demo_report = supervise::wait_with(client, interrupted, || {
+        tick += 1;
+        kills += faults::kill_server(
+            &mut servers[victim],
+            tick,
+            kill.at,
+            kill.downtime,
+            kills,
+            kill.rounds,
+        )?;
+        Ok(())
+    });
+    drop(servers);
     Ok(Summary {
         scenario: scenario.name,
         faults: kills,
@@ -279,6 +364,7 @@ fn galera_node_killed(
         payments,
         run_id: &run_id,
         retry_owner: scenario.retry_owner,
+        postings_url: None,
     };
     let child = run.spawn(&[])?;
     let mut tick = 0;

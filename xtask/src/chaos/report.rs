@@ -43,6 +43,9 @@ pub(super) fn print_summaries(summaries: &[Summary]) -> Vec<&'static str> {
                     "resolved first",
                     "duplicates",
                     "losses",
+                    "duplicate postings",
+                    "lost postings",
+                    "orphan postings after settling",
                 ]
                 .contains(&name.trim())
                 .then(|| format!("{}={}", name.trim().replace(' ', "-"), value.trim()))

@@ -88,10 +88,29 @@ pub(super) enum PostgresFault {
     /// killed the run's rounds of times, and started again on the same port after `downtime`;
     /// its client in another process.
     KillServer { at: Periodic, downtime: Duration },
+    /// The chained demo (`--chain`): its postings server, its payments server and its client in
+    /// three processes, payments and postings each in a database of its own on the chaos
+    /// cluster; the server on `side` is killed (SIGKILL) at ticks `at` until it was killed the
+    /// run's rounds of times, and started again on the same port after `downtime`.
+    KillChainServer {
+        side: ChainSide,
+        at: Periodic,
+        downtime: Duration,
+    },
     /// A primary with a synchronous standby of its own (not the chaos cluster), reached through
     /// a TCP proxy; at tick `at` the primary is stopped as if it crashed, the standby promoted
     /// and the proxy switched to it.
     FailOverToStandby { at: u32 },
+}
+
+/// Which server of the chained demo a scenario kills.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum ChainSide {
+    /// The payments server, mid-payment (its claims and payments roll back; postings it made
+    /// stay, to be taken up by the resends).
+    Payments,
+    /// The postings server, under the payments handlers' calls.
+    Postings,
 }
 
 /// A Galera node killed (SIGKILL) under the demo, and started again to rejoin by state transfer.
@@ -111,7 +130,7 @@ pub(super) struct GaleraNodeKilled {
 }
 
 /// The scenarios on PostgreSQL, in the order they run.
-pub(super) const ON_POSTGRES: [Scenario<PostgresFault>; 6] = [
+pub(super) const ON_POSTGRES: [Scenario<PostgresFault>; 8] = [
     Scenario {
         name: "postgres fast restart",
         announced: "postgres fast restart",
@@ -167,6 +186,36 @@ pub(super) const ON_POSTGRES: [Scenario<PostgresFault>; 6] = [
         tag: "server",
         retry_owner: RetryOwner::Executor,
         fault: PostgresFault::KillServer {
+            at: Periodic {
+                period: 15,
+                first: 5,
+            },
+            downtime: Duration::from_millis(300),
+        },
+    },
+    // A killed server on each side of the chain: exactly one payment and one posting for every
+    // acknowledged payment, and every posting orphaned by a killed payment taken up on resend.
+    Scenario {
+        name: "chain, payments killed",
+        announced: "chain, payments server killed",
+        tag: "chainpaymentskilled",
+        retry_owner: RetryOwner::Executor,
+        fault: PostgresFault::KillChainServer {
+            side: ChainSide::Payments,
+            at: Periodic {
+                period: 15,
+                first: 5,
+            },
+            downtime: Duration::from_millis(300),
+        },
+    },
+    Scenario {
+        name: "chain, postings killed",
+        announced: "chain, postings server killed",
+        tag: "chainpostingskilled",
+        retry_owner: RetryOwner::RetryLayer,
+        fault: PostgresFault::KillChainServer {
+            side: ChainSide::Postings,
             at: Periodic {
                 period: 15,
                 first: 5,
@@ -247,6 +296,8 @@ mod tests {
                 ("pgbouncer session, killed", RetryOwner::RetryLayer),
                 ("pgbouncer transaction, killed", RetryOwner::Executor),
                 ("server killed", RetryOwner::Executor),
+                ("chain, payments killed", RetryOwner::Executor),
+                ("chain, postings killed", RetryOwner::RetryLayer),
                 ("failover to standby", RetryOwner::RetryLayer),
                 ("galera, node killed, rejoined", RetryOwner::Executor),
                 ("galera, failover", RetryOwner::RetryLayer),

@@ -27,7 +27,8 @@ pub(super) fn build_demo(interrupted: &AtomicBool) -> Result<PathBuf> {
 }
 
 /// One scenario's demo: its binary, the database it reaches, how many payments it sends, its run
-/// id and who owns its client's retries.
+/// id and who owns its client's retries; for a chain (`--chain`), the postings service's
+/// database.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct DemoRun<'a> {
     pub(super) binary: &'a Path,
@@ -35,6 +36,7 @@ pub(super) struct DemoRun<'a> {
     pub(super) payments: u32,
     pub(super) run_id: &'a str,
     pub(super) retry_owner: RetryOwner,
+    pub(super) postings_url: Option<&'a str>,
 }
 
 impl DemoRun<'_> {
@@ -52,6 +54,9 @@ impl DemoRun<'_> {
             "--delay-rate",
             "0.01",
         ]);
+        if let Some(postings) = self.postings_url {
+            command.args(["--chain", "--postings-database-url", postings]);
+        }
         command
     }
 
@@ -76,24 +81,31 @@ impl DemoRun<'_> {
     }
 }
 
-/// The demo's server in a process of its own on `addr`; dropping it kills the process.
+/// One of the demo's servers in a process of its own, started with `args` (`--serve` and its
+/// address, or a chain's `--serve-postings`); dropping it kills the process.
 pub(super) struct DemoServer<'a> {
     run: DemoRun<'a>,
-    addr: &'a str,
+    args: Vec<String>,
     child: Child,
 }
 
 impl<'a> DemoServer<'a> {
-    /// Starts the server; returns once it says it is listening.
-    pub(super) fn start(run: DemoRun<'a>, addr: &'a str) -> Result<Self> {
-        let child = Self::spawn(run, addr)?;
-        Ok(Self { run, addr, child })
+    /// Starts the payments server on `addr`; returns once it says it is listening.
+    pub(super) fn start(run: DemoRun<'a>, addr: &str) -> Result<Self> {
+        Self::start_with(run, &["--serve", addr])
     }
 
-    fn spawn(run: DemoRun<'_>, addr: &str) -> Result<Child> {
+    /// Starts the server `args` name; returns once it says it is listening.
+    pub(super) fn start_with(run: DemoRun<'a>, args: &[&str]) -> Result<Self> {
+        let args: Vec<String> = args.iter().map(|arg| (*arg).to_owned()).collect();
+        let child = Self::spawn(run, &args)?;
+        Ok(Self { run, args, child })
+    }
+
+    fn spawn(run: DemoRun<'_>, args: &[String]) -> Result<Child> {
         let mut command = run.command();
         let mut server = command
-            .args(["--serve", addr])
+            .args(args)
             .stdout(Stdio::piped())
             .spawn()
             .context("starting the demo server")?;
@@ -112,7 +124,7 @@ impl<'a> DemoServer<'a> {
         self.child.kill()?;
         self.child.wait()?;
         std::thread::sleep(downtime);
-        self.child = Self::spawn(self.run, self.addr)?;
+        self.child = Self::spawn(self.run, &self.args)?;
         Ok(())
     }
 }
