@@ -165,7 +165,10 @@ type ServerFuture = Pin<Box<dyn Future<Output = Result<()>> + Send>>;
 struct KillableServer {
     name: &'static str,
     addr: SocketAddr,
-    start: Box<dyn Fn(tokio::net::TcpListener) -> ServerFuture + Send + Sync>,
+    /// The server on a listener, given the number of its start (from 0): a restarted server
+    /// must not reuse an id the one it replaces handed out.
+    start: Box<dyn Fn(tokio::net::TcpListener, u64) -> ServerFuture + Send + Sync>,
+    starts: u64,
     runtime: Option<tokio::runtime::Runtime>,
 }
 
@@ -174,12 +177,13 @@ impl KillableServer {
     async fn start(
         name: &'static str,
         addr: SocketAddr,
-        start: impl Fn(tokio::net::TcpListener) -> ServerFuture + Send + Sync + 'static,
+        start: impl Fn(tokio::net::TcpListener, u64) -> ServerFuture + Send + Sync + 'static,
     ) -> Result<Self> {
         let mut server = Self {
             name,
             addr,
             start: Box::new(start),
+            starts: 0,
             runtime: None,
         };
         server.run().await?;
@@ -198,7 +202,8 @@ impl KillableServer {
             .await??;
         self.addr = listener.local_addr()?;
         let name = self.name;
-        let served = (self.start)(listener);
+        let served = (self.start)(listener, self.starts);
+        self.starts += 1;
         runtime.spawn(async move {
             if let Err(error) = served.await {
                 eprintln!("grpc-ledger-demo: the {name} server stopped: {error:#}");
@@ -303,25 +308,17 @@ pub async fn run_chain(
         chain_faults.fail_after_posting_rate,
         seed.rotate_left(31),
     ));
-    // A restarted server must not reuse an id of the one it replaces: ids carry a generation.
-    let generation = Arc::new(AtomicU64::new(0));
     let loopback: SocketAddr = "127.0.0.1:0".parse()?;
     let mut postings = {
-        let (store, faults, generation) = (
-            stores.postings.clone(),
-            Arc::clone(&postings_faults),
-            Arc::clone(&generation),
-        );
+        let (store, faults) = (stores.postings.clone(), Arc::clone(&postings_faults));
         let run_id = client.run_id.clone();
-        KillableServer::start("postings", loopback, move |listener| {
-            let prefix = format!(
-                "post-{run_id}-{}",
-                generation.fetch_add(1, Ordering::Relaxed)
-            );
+        KillableServer::start("postings", loopback, move |listener, start| {
+            let prefix = format!("post-{run_id}-{start}");
+            let faults = Arc::clone(&faults);
             Box::pin(postings_server(
                 store.clone(),
                 mode,
-                Arc::clone(&faults),
+                faults,
                 prefix,
                 listener,
             ))
@@ -330,27 +327,22 @@ pub async fn run_chain(
     };
     let postings_addr = postings.addr;
     let mut payments = {
-        let (store, faults, unit_failures, generation) = (
-            stores.payments.clone(),
-            Arc::clone(&payments_faults),
-            Arc::clone(&unit_failures),
-            Arc::clone(&generation),
-        );
+        let (store, faults) = (stores.payments.clone(), Arc::clone(&payments_faults));
+        let unit_failures = Arc::clone(&unit_failures);
         let run_id = client.run_id.clone();
-        KillableServer::start("payments", loopback, move |listener| {
-            let prefix = format!(
-                "pay-{run_id}-{}",
-                generation.fetch_add(1, Ordering::Relaxed)
-            );
-            Box::pin(payments_server(
+        KillableServer::start("payments", loopback, move |listener, start| {
+            let prefix = format!("pay-{run_id}-{start}");
+            let (faults, failures) = (Arc::clone(&faults), Arc::clone(&unit_failures));
+            let server = payments_server(
                 store.clone(),
                 mode,
-                Arc::clone(&faults),
-                Arc::clone(&unit_failures),
+                faults,
+                failures,
                 postings_addr,
                 prefix,
                 listener,
-            ))
+            );
+            Box::pin(server)
         })
         .await?
     };

@@ -121,7 +121,12 @@ fn on_postgres(
             in_one_process(scenario, run, interrupted, kill)?
         }
         PostgresFault::KillServer { at, downtime } => {
-            server_killed(scenario, run, at, downtime, load.rounds, interrupted)?
+            let kill = KillSchedule {
+                at,
+                downtime,
+                rounds: load.rounds,
+            };
+            server_killed(scenario, run, kill, interrupted)?
         }
         PostgresFault::KillChainServer { side, at, downtime } => {
             let postings_url = postings_database(cluster)?;
@@ -174,27 +179,37 @@ fn in_one_process(
 fn server_killed(
     scenario: &Scenario<PostgresFault>,
     run: DemoRun<'_>,
-    at: Periodic,
-    downtime: Duration,
-    rounds: u32,
+    kill: KillSchedule,
     interrupted: &AtomicBool,
 ) -> Result<Summary> {
     eprintln!("xtask: chaos scenario: {}", scenario.announced);
     let addr = format!("127.0.0.1:{}", free_loopback_port()?);
     let mut server = DemoServer::start(run, &addr)?;
-    let client = run.spawn_client(&addr)?;
+    client_while_killing(scenario, run, &addr, &mut server, kill, interrupted)
+}
+
+/// Runs the demo's client against `addr` while `victim` is killed and restarted on `kill`'s
+/// schedule; the scenario's summary.
+fn client_while_killing(
+    scenario: &Scenario<PostgresFault>,
+    run: DemoRun<'_>,
+    addr: &str,
+    victim: &mut DemoServer<'_>,
+    kill: KillSchedule,
+    interrupted: &AtomicBool,
+) -> Result<Summary> {
+    let client = run.spawn_client(addr)?;
     let mut kills = 0;
     let mut tick = 0u32;
     let demo_report = supervise::wait_with(client, interrupted, || {
         tick += 1;
-        kills += faults::kill_server(&mut server, tick, at, downtime, kills, rounds)?;
+        kills += faults::kill_server(victim, tick, kill.at, kill.downtime, kills, kill.rounds)?;
         Ok(())
-    });
-    drop(server);
+    })?;
     Ok(Summary {
         scenario: scenario.name,
         faults: kills,
-        report: demo_report?,
+        report: demo_report,
     })
 }
 
@@ -246,27 +261,14 @@ fn chain_server_killed(
         ChainSide::Payments => 0,
         ChainSide::Postings => 1,
     };
-    let client = run.spawn_client(&payments_addr)?;
-    let mut kills = 0;
-    let mut tick = 0u32;
-    let demo_report = supervise::wait_with(client, interrupted, || {
-        tick += 1;
-        kills += faults::kill_server(
-            &mut servers[victim],
-            tick,
-            kill.at,
-            kill.downtime,
-            kills,
-            kill.rounds,
-        )?;
-        Ok(())
-    });
-    drop(servers);
-    Ok(Summary {
-        scenario: scenario.name,
-        faults: kills,
-        report: demo_report?,
-    })
+    client_while_killing(
+        scenario,
+        run,
+        &payments_addr,
+        &mut servers[victim],
+        kill,
+        interrupted,
+    )
 }
 
 /// A primary with a synchronous standby (streaming replication between two local clusters); the
