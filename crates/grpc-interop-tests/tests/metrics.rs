@@ -1,5 +1,5 @@
 //! The metrics, read back from OpenTelemetry's in-memory exporter: gRFC A96's per-call retry
-//! metrics from the RetryLayer (labelled as A66 says), and the ledger's answers and claim latency
+//! metrics and A66's attempt and call instruments from the RetryLayer (labelled as A66 says), and the ledger's answers and claim latency
 //! from the guard.
 
 use std::collections::BTreeMap;
@@ -220,6 +220,78 @@ async fn the_retry_layer_records_a96_retry_metrics() {
     let latency = recorded.boundaries("grpc.client.call.retry_delay");
     assert_eq!(latency.len(), 41);
     assert_eq!((latency[0], latency[1], latency[40]), (0.0, 0.00001, 100.0));
+}
+
+/// gRFC A66's instruments: every attempt started (transparent resends included), each attempt's
+/// duration with the status it ended with, and each call's with the status its caller got, the
+/// answered ones once their trailers arrived.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_retry_layer_records_a66_attempt_and_call_metrics() {
+    let recorded = Recorded::new();
+    let server = ProbeServer::start().await;
+    let retrying = layer(
+        r#"{"methodConfig": [{"name": [{"service": "interop.v1.Probe"}], "retryPolicy": {"maxAttempts": 4, "initialBackoff": "0.01s", "maxBackoff": "0.05s", "backoffMultiplier": 2, "retryableStatusCodes": ["UNAVAILABLE"]}}]}"#,
+        &recorded,
+        "probe",
+    );
+    let mut retried = client(server.addr(), &retrying);
+    retried
+        .call(probe("twice", "fail UNAVAILABLE 2"))
+        .await
+        .unwrap();
+    let refused = retried
+        .call(probe("invalid", "fail INVALID_ARGUMENT 1"))
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), Code::InvalidArgument);
+    let (refusing, _) = raw_server(refuse_first).await;
+    client(refusing, &retrying)
+        .call(probe("refused", "ok"))
+        .await
+        .unwrap();
+
+    let points = recorded.points();
+    let labels: Vec<String> = LABELS.iter().map(|l| l.to_string()).collect();
+    let with_status = |status: &str| {
+        let mut labels = labels.clone();
+        labels.push(format!("grpc.status={status}"));
+        labels.sort();
+        labels
+    };
+    assert_eq!(
+        points["grpc.client.attempt.started"],
+        [(labels.clone(), (6, 0.0))],
+        "3 attempts, 1, and a refused stream resent transparently"
+    );
+    let counts = |name: &str| -> BTreeMap<Vec<String>, u64> {
+        points[name]
+            .iter()
+            .map(|(labels, (count, _))| (labels.clone(), *count))
+            .collect()
+    };
+    assert_eq!(
+        counts("grpc.client.attempt.duration"),
+        BTreeMap::from([
+            (with_status("INVALID_ARGUMENT"), 1),
+            (with_status("OK"), 2),
+            (with_status("UNAVAILABLE"), 3),
+        ])
+    );
+    assert_eq!(
+        counts("grpc.client.call.duration"),
+        BTreeMap::from([(with_status("INVALID_ARGUMENT"), 1), (with_status("OK"), 2)])
+    );
+    // The retried call took its two backoffs (10 ms and 20 ms, jittered by ±20%) at least.
+    let (_, (_, ok_seconds)) = points["grpc.client.call.duration"]
+        .iter()
+        .find(|(labels, _)| labels.contains(&"grpc.status=OK".to_owned()))
+        .unwrap();
+    assert!(*ok_seconds > 0.024, "call durations {ok_seconds} s");
+    for name in ["grpc.client.attempt.duration", "grpc.client.call.duration"] {
+        let latency = recorded.boundaries(name);
+        assert_eq!(latency.len(), 41, "{name}");
+        assert_eq!((latency[0], latency[1], latency[40]), (0.0, 0.00001, 100.0));
+    }
 }
 
 fn pay(amount: u32, key: &str) -> Request<pb::ProbeRequest> {

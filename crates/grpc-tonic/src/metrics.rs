@@ -1,5 +1,6 @@
 //! Metrics through the OpenTelemetry metrics API (feature `opentelemetry`): gRFC A96's per-call
-//! retry metrics on the client, labelled as gRFC A66 defines `grpc.method` and `grpc.target`, and
+//! retry metrics and gRFC A66's per-attempt and per-call instruments on the client, labelled as
+//! A66 defines `grpc.method`, `grpc.target` and `grpc.status`, and
 //! the ledger's side of the guard and its retention worker on the server. Without the feature these types record nothing
 //! and cost nothing.
 
@@ -66,19 +67,57 @@ mod otel {
         0.16, 0.2, 0.25, 0.3, 0.4, 0.5, 0.65, 0.8, 1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0,
     ];
 
-    /// The client's instruments (A96), with its recommended bucket boundaries given to the SDK as
-    /// the instruments' advice (a view the application sets still wins).
+    /// The client's instruments (A96, and A66's attempt and call instruments), with their
+    /// recommended bucket boundaries given to the SDK as the instruments' advice (a view the
+    /// application sets still wins).
     #[derive(Debug, Clone)]
     pub(crate) struct ClientMetrics {
         retries: Histogram<u64>,
         transparent_retries: Histogram<u64>,
         hedges: Histogram<u64>,
         retry_delay: Histogram<f64>,
+        attempt_started: Counter<u64>,
+        attempt_duration: Histogram<f64>,
+        call_duration: Histogram<f64>,
+    }
+
+    /// One call's `grpc.method` and `grpc.target`, built once for all its records.
+    #[derive(Debug, Clone)]
+    pub(crate) struct CallLabels([KeyValue; 2]);
+
+    impl CallLabels {
+        fn with_status(&self, code: tonic::Code) -> [KeyValue; 3] {
+            let [method, target] = self.0.clone();
+            [
+                method,
+                target,
+                KeyValue::new("grpc.status", grpc_policy::code_name(code)),
+            ]
+        }
     }
 
     impl ClientMetrics {
         pub(crate) fn new(meter: &Meter) -> Self {
             Self {
+                attempt_started: meter
+                    .u64_counter("grpc.client.attempt.started")
+                    .with_unit("{attempt}")
+                    .with_description("Number of client call attempts started.")
+                    .build(),
+                attempt_duration: meter
+                    .f64_histogram("grpc.client.attempt.duration")
+                    .with_unit("s")
+                    .with_description("End-to-end time taken to complete a client call attempt.")
+                    .with_boundaries(LATENCY_BUCKETS.to_vec())
+                    .build(),
+                call_duration: meter
+                    .f64_histogram("grpc.client.call.duration")
+                    .with_unit("s")
+                    .with_description(
+                        "Time taken by gRPC to complete an RPC from application's perspective.",
+                    )
+                    .with_boundaries(LATENCY_BUCKETS.to_vec())
+                    .build(),
                 retries: meter
                     .u64_histogram("grpc.client.call.retries")
                     .with_unit("{retry}")
@@ -108,13 +147,40 @@ mod otel {
             }
         }
 
-        /// Records one finished call. A96: a count of zero is not reported; the delay is, once
-        /// the call had a retry or a hedge to wait for.
-        pub(crate) fn record(&self, method: &GrpcMethod, target: &str, counts: CallCounts) {
-            let labels = [
+        /// A call's labels (A66: `grpc.method`, `grpc.target`).
+        pub(crate) fn labels(&self, method: &GrpcMethod, target: &str) -> CallLabels {
+            CallLabels([
                 method_label(method),
                 KeyValue::new("grpc.target", target.to_owned()),
-            ];
+            ])
+        }
+
+        /// A66: an attempt started (transparent retries and hedges included).
+        pub(crate) fn attempt_started(&self, labels: &CallLabels) {
+            self.attempt_started.add(1, &labels.0);
+        }
+
+        /// A66: an attempt ended with `code` after `elapsed`.
+        pub(crate) fn attempt_ended(
+            &self,
+            labels: &CallLabels,
+            code: tonic::Code,
+            elapsed: Duration,
+        ) {
+            self.attempt_duration
+                .record(elapsed.as_secs_f64(), &labels.with_status(code));
+        }
+
+        /// A66: the call ended, as its caller saw it, with `code` after `elapsed`.
+        pub(crate) fn call_ended(&self, labels: &CallLabels, code: tonic::Code, elapsed: Duration) {
+            self.call_duration
+                .record(elapsed.as_secs_f64(), &labels.with_status(code));
+        }
+
+        /// Records one finished call. A96: a count of zero is not reported; the delay is, once
+        /// the call had a retry or a hedge to wait for.
+        pub(crate) fn record(&self, labels: &CallLabels, counts: CallCounts) {
+            let labels = &labels.0;
             let pairs = [
                 (&self.retries, counts.retries),
                 (&self.transparent_retries, counts.transparent_retries),
@@ -122,12 +188,12 @@ mod otel {
             ];
             for (histogram, count) in pairs {
                 if count > 0 {
-                    histogram.record(u64::from(count), &labels);
+                    histogram.record(u64::from(count), labels);
                 }
             }
             if counts.retries + counts.transparent_retries + counts.hedges > 0 {
                 self.retry_delay
-                    .record(counts.retry_delay.as_secs_f64(), &labels);
+                    .record(counts.retry_delay.as_secs_f64(), labels);
             }
         }
     }
@@ -296,7 +362,7 @@ mod retention_otel {
 }
 
 #[cfg(feature = "opentelemetry")]
-pub(crate) use otel::{ClientMetrics, ServerMetrics};
+pub(crate) use otel::{CallLabels, ClientMetrics, ServerMetrics};
 #[cfg(feature = "opentelemetry")]
 pub(crate) use retention_otel::RetentionMetrics;
 
@@ -308,8 +374,18 @@ mod off {
     #[derive(Debug, Clone)]
     pub(crate) struct ClientMetrics;
 
+    /// No labels: the `opentelemetry` feature is off.
+    #[derive(Debug, Clone)]
+    pub(crate) struct CallLabels;
+
     impl ClientMetrics {
-        pub(crate) fn record(&self, _: &GrpcMethod, _: &str, _: CallCounts) {}
+        pub(crate) fn labels(&self, _: &GrpcMethod, _: &str) -> CallLabels {
+            CallLabels
+        }
+        pub(crate) fn attempt_started(&self, _: &CallLabels) {}
+        pub(crate) fn attempt_ended(&self, _: &CallLabels, _: tonic::Code, _: Duration) {}
+        pub(crate) fn call_ended(&self, _: &CallLabels, _: tonic::Code, _: Duration) {}
+        pub(crate) fn record(&self, _: &CallLabels, _: CallCounts) {}
     }
 
     /// Records nothing: the `opentelemetry` feature is off.
@@ -331,4 +407,4 @@ mod off {
 }
 
 #[cfg(not(feature = "opentelemetry"))]
-pub(crate) use off::{ClientMetrics, RetentionMetrics, ServerMetrics};
+pub(crate) use off::{CallLabels, ClientMetrics, RetentionMetrics, ServerMetrics};

@@ -10,6 +10,7 @@
 mod attempt;
 mod builder;
 mod hedge;
+mod measured;
 mod replay;
 mod retry;
 mod service;

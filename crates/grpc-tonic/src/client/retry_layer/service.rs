@@ -22,10 +22,11 @@ use tower_service::Service;
 use super::attempt::{
     AttemptEnd, BoxError, GRPC_TIMEOUT, PREVIOUS_ATTEMPTS, grpc_timeout, parse_grpc_timeout, send,
 };
+use super::measured::{Measured, call_measured};
 use super::replay::RequestReplay;
 use crate::client::attempts::{CallContext, call_deadline};
 use crate::client::stats::ExecutorStats;
-use crate::metrics::{CallCounts, ClientMetrics};
+use crate::metrics::{CallCounts, CallLabels, ClientMetrics};
 
 /// How close to the caller's `grpc-timeout` a first attempt's limit must be for the caller's
 /// header to be sent as it is.
@@ -162,15 +163,39 @@ impl Call {
 }
 
 impl Shared {
-    /// One call: its method's entry, its deadline and key, then the loop its policy asks for.
+    /// One call, its attempts and itself measured when the layer has a meter (A66).
     async fn run(
+        &self,
+        channel: impl Attempts,
+        request: http::Request<Body>,
+    ) -> Result<http::Response<Body>, BoxError> {
+        let method = GrpcMethod::parse(request.uri().path()).ok();
+        let (Some(metrics), Some(method)) = (&self.metrics, &method) else {
+            return self.run_call(channel, request, method, None).await;
+        };
+        let labels = metrics.labels(method, &self.target);
+        let started = Instant::now();
+        let measured = Measured {
+            inner: channel,
+            metrics: metrics.clone(),
+            labels: labels.clone(),
+        };
+        let answer = self
+            .run_call(measured, request, Some(method.clone()), Some(&labels))
+            .await;
+        call_measured(answer, metrics, labels, started)
+    }
+
+    /// One call: its method's entry, its deadline and key, then the loop its policy asks for.
+    async fn run_call(
         &self,
         mut channel: impl Attempts,
         request: http::Request<Body>,
+        method: Option<GrpcMethod>,
+        labels: Option<&CallLabels>,
     ) -> Result<http::Response<Body>, BoxError> {
-        let entry = GrpcMethod::parse(request.uri().path())
-            .ok()
-            .and_then(|method| Some((self.plan.config().entry_for(&method)?.1, method)));
+        let entry =
+            method.and_then(|method| Some((self.plan.config().entry_for(&method)?.1, method)));
         let Some((entry, method)) = entry else {
             // No config for the method (or not a gRPC path): the channel as it is.
             return match channel.send(request, None).await {
@@ -214,8 +239,8 @@ impl Shared {
             retry_delay = ?counts.retry_delay,
             "call ended"
         );
-        if let Some(metrics) = &self.metrics {
-            metrics.record(&call.method, &self.target, counts);
+        if let (Some(metrics), Some(labels)) = (&self.metrics, labels) {
+            metrics.record(labels, counts);
         }
         if let Ok(response) = &answer
             && response.headers().contains_key(REPLAYED_METADATA_KEY)
