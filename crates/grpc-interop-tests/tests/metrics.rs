@@ -249,6 +249,16 @@ async fn the_retry_layer_records_a66_attempt_and_call_metrics() {
         .call(probe("refused", "ok"))
         .await
         .unwrap();
+    // Three copies in flight; the first answers, and the two that lost end CANCELLED.
+    let hedging = layer(
+        r#"{"methodConfig": [{"name": [{"service": "interop.v1.Probe"}], "hedgingPolicy": {"maxAttempts": 3, "hedgingDelay": "0.02s", "nonFatalStatusCodes": ["UNAVAILABLE"]}}]}"#,
+        &recorded,
+        "probe",
+    );
+    client(server.addr(), &hedging)
+        .call(probe("hedged", "delay 300"))
+        .await
+        .unwrap();
 
     let points = recorded.points();
     let labels: Vec<String> = LABELS.iter().map(|l| l.to_string()).collect();
@@ -260,8 +270,8 @@ async fn the_retry_layer_records_a66_attempt_and_call_metrics() {
     };
     assert_eq!(
         points["grpc.client.attempt.started"],
-        [(labels.clone(), (6, 0.0))],
-        "3 attempts, 1, and a refused stream resent transparently"
+        [(labels.clone(), (9, 0.0))],
+        "3 attempts, 1, a refused stream resent transparently, and 3 hedged copies"
     );
     let counts = |name: &str| -> BTreeMap<Vec<String>, u64> {
         points[name]
@@ -272,14 +282,15 @@ async fn the_retry_layer_records_a66_attempt_and_call_metrics() {
     assert_eq!(
         counts("grpc.client.attempt.duration"),
         BTreeMap::from([
+            (with_status("CANCELLED"), 2),
             (with_status("INVALID_ARGUMENT"), 1),
-            (with_status("OK"), 2),
+            (with_status("OK"), 3),
             (with_status("UNAVAILABLE"), 3),
         ])
     );
     assert_eq!(
         counts("grpc.client.call.duration"),
-        BTreeMap::from([(with_status("INVALID_ARGUMENT"), 1), (with_status("OK"), 2)])
+        BTreeMap::from([(with_status("INVALID_ARGUMENT"), 1), (with_status("OK"), 3)])
     );
     // The retried call took its two backoffs (10 ms and 20 ms, jittered by ±20%) at least.
     let (_, (_, ok_seconds)) = points["grpc.client.call.duration"]

@@ -107,7 +107,11 @@ impl fmt::Display for ChainReport {
             .lines()
             .filter(|line| !line.starts_with("reconciliation"))
         {
-            writeln!(f, "{line}")?;
+            // The statuses the workload's calls ended with, before the settling resent them.
+            match line.strip_prefix("failed with ") {
+                Some(failure) => writeln!(f, "before settling, failed with {failure}")?,
+                None => writeln!(f, "{line}")?,
+            }
         }
         let killed = if self.servers_killed.is_empty() {
             "none".to_owned()
@@ -197,9 +201,32 @@ impl KillableServer {
             .enable_all()
             .build()?;
         let addr = self.addr;
-        let listener = runtime
-            .spawn(async move { tokio::net::TcpListener::bind(addr).await })
-            .await??;
+        // The killed server's listener may still be closing: the port is retried for a while.
+        let bound = runtime
+            .spawn(async move {
+                let mut tries = 0;
+                loop {
+                    match tokio::net::TcpListener::bind(addr).await {
+                        Ok(listener) => return Ok(listener),
+                        Err(error) if tries == 20 => return Err(error),
+                        Err(_) => tries += 1,
+                    }
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            })
+            .await;
+        let listener = match bound.map_err(anyhow::Error::from).and_then(|bound| {
+            let listener = bound?;
+            listener.local_addr()?;
+            Ok(listener)
+        }) {
+            Ok(listener) => listener,
+            Err(error) => {
+                // A runtime may not be dropped in an async context: shut it down instead.
+                runtime.shutdown_background();
+                return Err(error.context(format!("binding the {} server to {addr}", self.name)));
+            }
+        };
         self.addr = listener.local_addr()?;
         let name = self.name;
         let served = (self.start)(listener, self.starts);
@@ -351,9 +378,9 @@ pub async fn run_chain(
     let finished = Arc::new(AtomicU64::new(0));
     let workload = send_payments(payments_addr, client, &finished);
     let mut killed = Vec::new();
-    let workload = if chain_faults.kill_servers {
+    let workload = if chain_faults.kill_servers && client.payments >= 3 {
         let kills = async {
-            let total = client.payments.max(3);
+            let total = client.payments;
             for (server, at) in [(&mut payments, total / 3), (&mut postings, 2 * total / 3)] {
                 while finished.load(Ordering::Relaxed) < at {
                     tokio::time::sleep(Duration::from_millis(10)).await;
@@ -363,9 +390,16 @@ pub async fn run_chain(
             }
             anyhow::Ok(())
         };
-        let (workload, kills) = tokio::join!(workload, kills);
-        kills.context("killing and restarting a server")?;
-        workload?
+        tokio::pin!(workload);
+        // The kills wait on the workload's progress: a workload that ends first (done, or
+        // failed) ends them too.
+        tokio::select! {
+            workload = &mut workload => workload?,
+            kills = kills => {
+                kills.context("killing and restarting a server")?;
+                workload.await?
+            }
+        }
     } else {
         workload.await?
     };

@@ -199,6 +199,9 @@ pub(crate) async fn resend_until_answered(
     numbers: &[u64],
     within: Duration,
 ) -> Result<Vec<Acknowledged>> {
+    if numbers.is_empty() {
+        return Ok(Vec::new());
+    }
     let (client, retrier, _) = connect(addr, options).await?;
     let until = Instant::now() + within;
     let gate = Arc::new(Semaphore::new(options.concurrency.max(1)));

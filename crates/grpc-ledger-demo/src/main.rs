@@ -310,6 +310,22 @@ async fn run_chained(
 ) -> Outcome {
     let mode = GuardMode::from(args.mode);
     check_chain_mode(mode)?;
+    // Processes apart must share their stores: a temporary file is each process's own.
+    let named =
+        |url: &Option<String>, file: &Option<std::path::PathBuf>| url.is_some() || file.is_some();
+    let payments_named = named(&args.database_url, &args.sqlite);
+    let postings_named = named(&args.postings_database_url, &args.postings_sqlite);
+    let apart = args.serve.is_some() || args.serve_postings.is_some() || args.connect.is_some();
+    if apart
+        && !((args.serve_postings.is_some() || payments_named)
+            && (args.serve.is_some() || postings_named))
+    {
+        anyhow::bail!(
+            "a chain's processes must share their stores: name the payments store \
+             (--database-url or --sqlite) for --serve and --connect, and the postings store \
+             (--postings-database-url or --postings-sqlite) for --serve-postings and --connect"
+        );
+    }
     // A restarted server must not reuse an id of the process it replaces.
     let process = std::process::id();
     if let Some(addr) = args.serve_postings {

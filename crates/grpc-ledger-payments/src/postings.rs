@@ -307,7 +307,10 @@ impl Downstream {
         match self.client.clone().post_entry(request).await {
             Ok(posting) => Ok(posting.into_inner()),
             Err(status) => Err(match status.code() {
-                Code::InvalidArgument | Code::FailedPrecondition | Code::PermissionDenied => {
+                Code::InvalidArgument
+                | Code::FailedPrecondition
+                | Code::PermissionDenied
+                | Code::Unauthenticated => {
                     HandlerError::Terminal(Status::failed_precondition(format!(
                         "the postings service refused the posting: {:?}",
                         status.code()

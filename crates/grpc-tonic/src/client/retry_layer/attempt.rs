@@ -180,7 +180,7 @@ fn read_head(response: http::Response<Body>) -> AttemptEnd {
 
 /// The gRPC code of an HTTP error without a gRPC status, as gRPC's HTTP-to-gRPC status mapping
 /// (doc/http-grpc-status-mapping.md in grpc/grpc) gives it.
-fn http_error_code(status: http::StatusCode) -> Code {
+pub(super) fn http_error_code(status: http::StatusCode) -> Code {
     match status.as_u16() {
         400 => Code::Internal,
         401 => Code::Unauthenticated,

@@ -22,7 +22,7 @@ use tower_service::Service;
 use super::attempt::{
     AttemptEnd, BoxError, GRPC_TIMEOUT, PREVIOUS_ATTEMPTS, grpc_timeout, parse_grpc_timeout, send,
 };
-use super::measured::{Measured, call_measured};
+use super::measured::{Measured, call_ended, call_measured};
 use super::replay::RequestReplay;
 use crate::client::attempts::{CallContext, call_deadline};
 use crate::client::stats::ExecutorStats;
@@ -174,7 +174,8 @@ impl Shared {
             return self.run_call(channel, request, method, None).await;
         };
         let labels = metrics.labels(method, &self.target);
-        let started = Instant::now();
+        // Dropped with this future if the caller abandons the call: CANCELLED.
+        let ended = call_ended(metrics, labels.clone());
         let measured = Measured {
             inner: channel,
             metrics: metrics.clone(),
@@ -183,7 +184,7 @@ impl Shared {
         let answer = self
             .run_call(measured, request, Some(method.clone()), Some(&labels))
             .await;
-        call_measured(answer, metrics, labels, started)
+        call_measured(answer, ended)
     }
 
     /// One call: its method's entry, its deadline and key, then the loop its policy asks for.
