@@ -506,6 +506,17 @@ async fn replay(db: &DatabaseConnection, plan: &Plan) -> Result<Vec<Figure>> {
             bail!("a committed identity was not replayed");
         }
     }
+    // What a resend is answered with under the guard: the record read by its key (the claim
+    // follows only when no finished record is found).
+    let mut finds = Vec::new();
+    for key in &keys {
+        let started = Instant::now();
+        let found = ledger.find(&identity(0, key)).await?;
+        finds.push(started.elapsed());
+        if !found.is_some_and(|record| record.state().is_terminal()) {
+            bail!("a committed identity was not found finished");
+        }
+    }
     let mut reads = Vec::new();
     for key in &keys {
         let started = Instant::now();
@@ -530,8 +541,30 @@ async fn replay(db: &DatabaseConnection, plan: &Plan) -> Result<Vec<Figure>> {
             percentile(&mut claims, 0.5),
             &read,
         ),
+        compared(
+            "replay: read first of a committed identity (a resend) p50".into(),
+            "ms",
+            percentile(&mut finds, 0.5),
+            &read,
+        ),
         read,
     ])
+}
+
+/// Only the replay's figures, on a database of their own on the PostgreSQL at `url`.
+pub async fn replay_cost(url: &str, plan: &Plan) -> Result<Vec<Figure>> {
+    let bench_db = BenchDatabase::create(url).await?;
+    let db = connect_postgres(
+        &bench_db.url,
+        &LedgerConfig::default().with_pooler(Pooler::None),
+    )
+    .await?;
+    grpc_operation_ledger_seaorm::migrate(&db).await?;
+    db.execute_unprepared(BUSINESS_TABLE).await?;
+    let figures = replay(&db, plan).await?;
+    db.close().await?;
+    bench_db.drop_it().await?;
+    Ok(figures)
 }
 
 /// Claim latency as the ledger grows, and its size per row.

@@ -35,6 +35,9 @@ enum Only {
     RetryLayer,
     /// What the pooler-safe default statements cost next to cached ones, on PostgreSQL.
     Pooler,
+    /// A duplicate's answer (the claim of a committed identity, and a resend's read first)
+    /// next to a primary-key read, on PostgreSQL.
+    Replay,
 }
 
 #[tokio::main]
@@ -55,6 +58,11 @@ async fn main() -> anyhow::Result<()> {
         database_url.context("DATABASE_URL (or --database-url) names the PostgreSQL to measure")?;
     if let Some(Only::Pooler) = only {
         let figures = grpc_ledger_bench::pooler_cost(&url, &plan).await?;
+        println!("{}", grpc_ledger_bench::table(&figures));
+        return Ok(());
+    }
+    if let Some(Only::Replay) = only {
+        let figures = grpc_ledger_bench::replay_cost(&url, &plan).await?;
         println!("{}", grpc_ledger_bench::table(&figures));
         return Ok(());
     }

@@ -16,13 +16,27 @@ impl<U> KeyedMutationGuard<U>
 where
     U: LedgerUnitsOfWork + 'static,
 {
-    /// Claim-first's step before the handler: the claim.
+    /// Claim-first's step before the handler: the claim. For a request that says it is a
+    /// `resend`, first a read of the identity's record by its key: a finished operation (the
+    /// likely case, since its first answer was lost) is replayed, or refused for another
+    /// request, from that one read, without the claim's insert attempt. Anything else (no
+    /// record, one in progress) goes on to the insert-first claim, which alone decides who runs
+    /// the handler: the read is only ever a shortcut to an answer the store already holds.
     pub(super) async fn claim_first(
         &self,
         transaction: &U::Transaction,
         identity: &GrpcOperationIdentity,
         fingerprint: &RequestFingerprint,
+        resend: bool,
     ) -> Result<Before, Status> {
+        if resend {
+            let found = self
+                .look_up_first(transaction, identity, fingerprint)
+                .await?;
+            if let Before::Replay(record) = found {
+                return Ok(Before::Replay(record));
+            }
+        }
         let claim = self
             .units
             .ledger(transaction)

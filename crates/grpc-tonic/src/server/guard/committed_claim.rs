@@ -29,12 +29,15 @@ where
     /// The units of claim-committed-first: the claim, committed (or a replay, or a refusal); then
     /// the handler in a unit of its own while the claim's lease is kept alive; then the transition
     /// and the commit. A handler that fails transiently, or whose transition fails, releases the
-    /// claim so that a resend takes it over without waiting out the lease.
+    /// claim so that a resend takes it over without waiting out the lease. A `resend` is looked
+    /// up first, as under claim-first.
+    #[allow(clippy::too_many_arguments)]
     pub(super) async fn run_with_committed_claim<M, R, H, HF, P, PF>(
         &self,
         method: &GrpcMethod,
         identity: GrpcOperationIdentity,
         fingerprint: RequestFingerprint,
+        resend: bool,
         message: M,
         handler: H,
         replay: P,
@@ -50,7 +53,7 @@ where
         let claim_sent = Instant::now();
         let transaction = Arc::new(self.units.begin().await.map_err(Status::from)?);
         let before = self
-            .claim_first(&transaction, &identity, &fingerprint)
+            .claim_first(&transaction, &identity, &fingerprint, resend)
             .await;
         if let Some(metrics) = &self.metrics {
             metrics.claimed(method, claim_sent.elapsed());

@@ -219,11 +219,20 @@ where
         let (fingerprint, body_key) = self.fingerprint_and_body_key(method, &message)?;
         let identity =
             self.identity_with_body_key(method, &metadata, &extensions, body_key.as_deref())?;
+        let resend = says_it_is_a_resend(&metadata);
         let guard = self.clone();
         let method = method.clone();
         to_the_end(self.config.unit_time_bound(), async move {
             guard
-                .run_unit(&method, identity, fingerprint, message, handler, replay)
+                .run_unit(
+                    &method,
+                    identity,
+                    fingerprint,
+                    resend,
+                    message,
+                    handler,
+                    replay,
+                )
                 .await
         })
         .await
@@ -286,4 +295,15 @@ where
             },
         })
     }
+}
+
+/// Whether the request says it is a resend: gRPC's clients (C-core, grpc-go, grpc-java, the
+/// RetryLayer and the executor) send `grpc-previous-rpc-attempts` on every attempt after the
+/// first (gRFC A6). Only a hint for where the unit looks first; never trusted for more.
+fn says_it_is_a_resend(metadata: &tonic::metadata::MetadataMap) -> bool {
+    metadata
+        .get("grpc-previous-rpc-attempts")
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.parse::<u32>().ok())
+        .is_some_and(|previous| previous > 0)
 }

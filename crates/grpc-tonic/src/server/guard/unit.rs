@@ -23,12 +23,16 @@ where
 {
     /// The unit of work of [`run`](Self::run). Claim-first: claim, handler, transition, commit.
     /// Write-once: look the identity up, handler, one record of the finished operation, commit.
-    /// A duplicate found at either step is replayed and the unit rolled back.
+    /// A duplicate found at either step is replayed and the unit rolled back. A request that
+    /// says it is a `resend` is looked up first under claim-first too (see
+    /// [`claim_first`](Self::claim_first)).
+    #[allow(clippy::too_many_arguments)]
     pub(super) async fn run_unit<M, R, H, HF, P, PF>(
         &self,
         method: &GrpcMethod,
         identity: GrpcOperationIdentity,
         fingerprint: RequestFingerprint,
+        resend: bool,
         message: M,
         handler: H,
         replay: P,
@@ -43,7 +47,15 @@ where
     {
         if self.config.mode == GuardMode::ClaimCommittedFirst {
             return self
-                .run_with_committed_claim(method, identity, fingerprint, message, handler, replay)
+                .run_with_committed_claim(
+                    method,
+                    identity,
+                    fingerprint,
+                    resend,
+                    message,
+                    handler,
+                    replay,
+                )
                 .await;
         }
         let started = Instant::now();
@@ -54,7 +66,7 @@ where
                     .await
             }
             _ => {
-                self.claim_first(&transaction, &identity, &fingerprint)
+                self.claim_first(&transaction, &identity, &fingerprint, resend)
                     .await
             }
         };

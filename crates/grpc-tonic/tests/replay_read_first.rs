@@ -1,0 +1,319 @@
+//! A resend is answered by one read. A request that says it is a resend
+//! (`grpc-previous-rpc-attempts`, which gRPC's clients send on every attempt after the first) is
+//! looked up by its key before any claim. A finished operation is replayed, or refused for
+//! another request, from that read alone. Anything else (no record, or one in progress) goes on
+//! to the insert-first claim, which alone decides who runs the handler. The ledger here counts
+//! its claims and reads.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use grpc_core_api::*;
+use grpc_operation_ledger_memory::{InMemoryStore, InMemoryUnit};
+use grpc_tonic::{AuthenticatedPrincipal, Committed, GuardConfig, KeyedMutationGuard};
+use tokio::sync::Notify;
+use tonic::{Code, Request, Status};
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct Pay {
+    #[prost(int64, tag = "1")]
+    amount: i64,
+}
+
+/// What the guard asked of the ledger.
+#[derive(Debug, Default)]
+struct Asked {
+    claims: AtomicU32,
+    finds: AtomicU32,
+}
+
+impl Asked {
+    fn counts(&self) -> (u32, u32) {
+        (
+            self.claims.load(Ordering::SeqCst),
+            self.finds.load(Ordering::SeqCst),
+        )
+    }
+}
+
+/// The in-memory store's units, their ledger counting claims and reads.
+struct Counting {
+    store: InMemoryStore,
+    asked: Arc<Asked>,
+}
+
+struct CountingLedger<'t> {
+    inner: Box<dyn GrpcOperationLedger + 't>,
+    asked: Arc<Asked>,
+}
+
+#[async_trait]
+impl LedgerUnitsOfWork for Counting {
+    type Transaction = InMemoryUnit;
+
+    async fn begin(&self) -> Result<InMemoryUnit, LedgerError> {
+        self.store.begin().await
+    }
+
+    fn ledger<'t>(&self, transaction: &'t InMemoryUnit) -> Box<dyn GrpcOperationLedger + 't> {
+        Box::new(CountingLedger {
+            inner: LedgerUnitsOfWork::ledger(&self.store, transaction),
+            asked: Arc::clone(&self.asked),
+        })
+    }
+
+    async fn commit(&self, transaction: InMemoryUnit) -> Result<(), LedgerError> {
+        self.store.commit(transaction).await
+    }
+
+    async fn rollback(&self, transaction: InMemoryUnit) -> Result<(), LedgerError> {
+        self.store.rollback(transaction).await
+    }
+
+    fn durability(&self) -> LedgerDurability {
+        self.store.durability()
+    }
+}
+
+#[async_trait]
+impl GrpcOperationLedger for CountingLedger<'_> {
+    async fn claim(
+        &self,
+        identity: &GrpcOperationIdentity,
+        request: &RequestFingerprint,
+        lease: LeaseDuration,
+    ) -> Result<ClaimOutcome, LedgerError> {
+        self.asked.claims.fetch_add(1, Ordering::SeqCst);
+        self.inner.claim(identity, request, lease).await
+    }
+
+    async fn mark_committed(
+        &self,
+        identity: &GrpcOperationIdentity,
+        version: Version,
+        outcome: &OutcomeReference,
+    ) -> Result<Version, LedgerError> {
+        self.inner.mark_committed(identity, version, outcome).await
+    }
+
+    async fn mark_failed(
+        &self,
+        identity: &GrpcOperationIdentity,
+        version: Version,
+        failure: &RecordedFailure,
+    ) -> Result<Version, LedgerError> {
+        self.inner.mark_failed(identity, version, failure).await
+    }
+
+    async fn renew_lease(
+        &self,
+        identity: &GrpcOperationIdentity,
+        version: Version,
+        lease: LeaseDuration,
+    ) -> Result<(), LedgerError> {
+        self.inner.renew_lease(identity, version, lease).await
+    }
+
+    async fn find(
+        &self,
+        identity: &GrpcOperationIdentity,
+    ) -> Result<Option<OperationRecord>, LedgerError> {
+        self.asked.finds.fetch_add(1, Ordering::SeqCst);
+        self.inner.find(identity).await
+    }
+
+    async fn look_up(
+        &self,
+        identity: &GrpcOperationIdentity,
+    ) -> Result<Option<(OperationRecord, Duration)>, LedgerError> {
+        self.inner.look_up(identity).await
+    }
+
+    async fn census(&self, retention: Duration) -> Result<LedgerCensus, LedgerError> {
+        self.inner.census(retention).await
+    }
+
+    async fn purge(
+        &self,
+        retention: Duration,
+        limit: std::num::NonZeroU32,
+    ) -> Result<u64, LedgerError> {
+        self.inner.purge(retention, limit).await
+    }
+
+    fn durability(&self) -> LedgerDurability {
+        self.inner.durability()
+    }
+}
+
+fn schema() -> RequestSchema {
+    let descriptors = protox::compile(["guarded.proto"], ["tests/proto"]).unwrap();
+    RequestSchema::from_file_descriptor_set(&prost::Message::encode_to_vec(&descriptors)).unwrap()
+}
+
+fn method() -> GrpcMethod {
+    GrpcMethod::parse("/payments.v1.Payments/CreatePayment").unwrap()
+}
+
+fn guarded() -> (KeyedMutationGuard<Counting>, InMemoryStore, Arc<Asked>) {
+    let store = InMemoryStore::new(Duration::from_millis(50));
+    let asked = Arc::new(Asked::default());
+    let units = Counting {
+        store: store.clone(),
+        asked: Arc::clone(&asked),
+    };
+    let hasher = KeyHasher::hmac_sha256(&[7; 32]).unwrap();
+    let guard = KeyedMutationGuard::new(units, GuardConfig::new(hasher, schema()));
+    (guard, store, asked)
+}
+
+/// A payment of `amount` under `key`, as attempt `previous + 1` (gRPC sends the header only
+/// after the first).
+fn request(key: &str, amount: i64, previous: u32) -> Request<Pay> {
+    let mut request = Request::new(Pay { amount });
+    request
+        .metadata_mut()
+        .insert("idempotency-key", key.parse().unwrap());
+    if previous > 0 {
+        request.metadata_mut().insert(
+            "grpc-previous-rpc-attempts",
+            previous.to_string().parse().unwrap(),
+        );
+    }
+    request
+        .extensions_mut()
+        .insert(AuthenticatedPrincipal(b"tenant-a".to_vec()));
+    request
+}
+
+/// Runs the payment: its handler writes `payment {key}` and, when `hold` is given, waits for it
+/// before committing (`started` says it has begun).
+async fn pay(
+    guard: &KeyedMutationGuard<Counting>,
+    key: &str,
+    amount: i64,
+    previous: u32,
+    hold: Option<(Arc<Notify>, Arc<Notify>)>,
+) -> Result<tonic::Response<String>, Status> {
+    let payment = format!("payment {key}");
+    guard
+        .run(
+            &method(),
+            request(key, amount, previous),
+            move |unit: Arc<InMemoryUnit>, _pay: Pay| async move {
+                if let Some((started, release)) = hold {
+                    started.notify_one();
+                    release.notified().await;
+                }
+                unit.write_business(&payment);
+                Ok(Committed {
+                    response: "paid".to_owned(),
+                    outcome: OutcomeReference::parse("payment").unwrap(),
+                })
+            },
+            |_unit, _outcome| async move { Ok("paid (replayed)".to_owned()) },
+        )
+        .await
+}
+
+fn replayed(response: &tonic::Response<String>) -> bool {
+    response.metadata().get(REPLAYED_METADATA_KEY).is_some()
+}
+
+#[tokio::test]
+async fn a_resend_of_a_committed_operation_is_answered_by_one_read_without_a_claim() {
+    let (guard, store, asked) = guarded();
+    let first = pay(&guard, "pay-1", 5, 0, None).await.unwrap();
+    assert!(!replayed(&first));
+    assert_eq!(asked.counts(), (1, 0), "the first attempt claims");
+
+    let resend = pay(&guard, "pay-1", 5, 1, None).await.unwrap();
+    assert!(replayed(&resend));
+    assert_eq!(resend.get_ref(), "paid (replayed)");
+    assert_eq!(asked.counts(), (1, 1), "one read, no claim");
+    assert_eq!(store.committed_business(), ["payment pay-1"]);
+
+    // A duplicate that does not say it is a resend takes the claim's path to the same answer.
+    let duplicate = pay(&guard, "pay-1", 5, 0, None).await.unwrap();
+    assert!(replayed(&duplicate));
+    assert_eq!(asked.counts(), (2, 1));
+}
+
+#[tokio::test]
+async fn a_resend_with_another_body_is_refused_by_the_read() {
+    let (guard, _store, asked) = guarded();
+    pay(&guard, "pay-2", 5, 0, None).await.unwrap();
+    let refused = pay(&guard, "pay-2", 6, 2, None).await.unwrap_err();
+    assert_eq!(refused.code(), Code::FailedPrecondition);
+    assert_eq!(asked.counts(), (1, 1), "refused from the read, no claim");
+}
+
+#[tokio::test]
+async fn a_resend_the_store_has_no_record_of_is_claimed_and_runs_once() {
+    // The first attempt never reached the server; its resend is the first the store sees.
+    let (guard, store, asked) = guarded();
+    let answer = pay(&guard, "pay-3", 5, 1, None).await.unwrap();
+    assert!(!replayed(&answer));
+    assert_eq!(asked.counts(), (1, 1), "read, found nothing, claimed");
+    assert_eq!(store.committed_business(), ["payment pay-3"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resend_of_an_operation_in_flight_goes_on_to_the_claim() {
+    let (guard, store, asked) = guarded();
+    let guard = Arc::new(guard);
+    let (started, release) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
+    let first = {
+        let (guard, hold) = (
+            Arc::clone(&guard),
+            (Arc::clone(&started), Arc::clone(&release)),
+        );
+        tokio::spawn(async move { pay(&guard, "pay-4", 5, 0, Some(hold)).await })
+    };
+    started.notified().await;
+    // The in-memory claim is visible once made; the first unit holds it, uncommitted.
+    let in_flight = pay(&guard, "pay-4", 5, 1, None).await.unwrap_err();
+    assert_eq!(in_flight.code(), Code::Aborted);
+    assert_eq!(
+        asked.counts(),
+        (2, 1),
+        "the read found no finished record; the claim decided"
+    );
+    release.notify_one();
+    first.await.unwrap().unwrap();
+    let resend = pay(&guard, "pay-4", 5, 2, None).await.unwrap();
+    assert!(replayed(&resend));
+    assert_eq!(store.committed_business(), ["payment pay-4"]);
+}
+
+#[tokio::test]
+async fn a_header_that_is_not_a_positive_count_is_no_resend() {
+    let (guard, _store, asked) = guarded();
+    pay(&guard, "pay-5", 5, 0, None).await.unwrap();
+    let mut request = request("pay-5", 5, 0);
+    request
+        .metadata_mut()
+        .insert("grpc-previous-rpc-attempts", "many".parse().unwrap());
+    let answer = guard
+        .run(
+            &method(),
+            request,
+            |_unit: Arc<InMemoryUnit>, _pay: Pay| async move {
+                Ok(Committed {
+                    response: String::new(),
+                    outcome: OutcomeReference::parse("payment").unwrap(),
+                })
+            },
+            |_unit, _outcome| async move { Ok("paid (replayed)".to_owned()) },
+        )
+        .await
+        .unwrap();
+    assert!(replayed(&answer));
+    assert_eq!(
+        asked.counts(),
+        (2, 0),
+        "the claim's path, as for a first attempt"
+    );
+}
