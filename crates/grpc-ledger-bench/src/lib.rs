@@ -551,6 +551,111 @@ async fn replay(db: &DatabaseConnection, plan: &Plan) -> Result<Vec<Figure>> {
     ])
 }
 
+/// What the ledger's transitions cost in the table and its indexes, by the table's fillfactor:
+/// for 100 (PostgreSQL's default, every page filled by the claims' inserts) and 80 (a fifth of
+/// each page left for the transitions' new row versions), keyed writes through the adapter
+/// (claim, business insert, transition, commit) at 8 clients, each on a database of its own.
+/// The share of transitions that were heap-only (HOT: no new index entry, the old version
+/// pruned within its page), the bytes per row the table and its indexes hold afterwards, and the
+/// throughput.
+pub async fn transitions_cost(url: &str, plan: &Plan) -> Result<Vec<Figure>> {
+    let mut figures = Vec::new();
+    let mut baseline: Option<Figure> = None;
+    for fillfactor in [100, 80] {
+        let bench_db = BenchDatabase::create(url).await?;
+        let db = connect_postgres(
+            &bench_db.url,
+            &LedgerConfig::default()
+                .with_max_connections(10)
+                .with_pooler(Pooler::None),
+        )
+        .await?;
+        grpc_operation_ledger_seaorm::migrate(&db).await?;
+        db.execute_unprepared(BUSINESS_TABLE).await?;
+        db.execute_unprepared(&format!(
+            "ALTER TABLE grpc_operation_ledger SET (fillfactor = {fillfactor})"
+        ))
+        .await?;
+        const WAL_POSITION: &str = "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::BIGINT";
+        if fillfactor == 100 {
+            // The baseline's WAL: the business insert alone, in a transaction of its own.
+            let wal_before = count(&db, WAL_POSITION).await?;
+            let run = format!("walb-{}", std::process::id());
+            drive(
+                8,
+                plan.seconds,
+                fresh_keys(&db, run, |db, _, key| async move {
+                    business_op(&db, &key).await
+                }),
+            )
+            .await?;
+            let wal = (count(&db, WAL_POSITION).await? - wal_before) as f64;
+            let writes = count(&db, "SELECT COUNT(*) FROM bench_business")
+                .await?
+                .max(1) as f64;
+            figures.push(figure(
+                "transitions: WAL bytes per business write @8".into(),
+                "B",
+                wal / writes,
+            ));
+        }
+        let wal_before = count(&db, WAL_POSITION).await?;
+        let business_before = count(&db, "SELECT COUNT(*) FROM bench_business").await?;
+        let run = format!("hot{fillfactor}-{}", std::process::id());
+        let keyed = drive(
+            8,
+            plan.seconds,
+            fresh_keys(&db, run, |db, task, key| async move {
+                keyed_op(&db, task, &key).await
+            }),
+        )
+        .await?;
+        let wal = (count(&db, WAL_POSITION).await? - wal_before) as f64;
+        let keyed_writes = (count(&db, "SELECT COUNT(*) FROM bench_business").await?
+            - business_before)
+            .max(1) as f64;
+        // Backends report their counts when idle, at most once a second (PostgreSQL 15).
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        // Both counts from one row, so that no flush falls between them.
+        let hot_per_mille = count(
+            &db,
+            "SELECT (1000 * n_tup_hot_upd / GREATEST(n_tup_upd, 1))::BIGINT \
+             FROM pg_stat_user_tables WHERE relname = 'grpc_operation_ledger'",
+        )
+        .await? as f64;
+        let rows = count(&db, "SELECT COUNT(*) FROM grpc_operation_ledger")
+            .await?
+            .max(1) as f64;
+        let table = count(&db, "SELECT pg_relation_size('grpc_operation_ledger')").await? as f64;
+        let indexes = count(&db, "SELECT pg_indexes_size('grpc_operation_ledger')").await? as f64;
+        db.close().await?;
+        bench_db.drop_it().await?;
+        let at = |what: &str| format!("transitions at fillfactor {fillfactor}: {what}");
+        let ops = figure(at("keyed ops/s @8"), "ops/s", keyed.ops_per_second);
+        figures.push(match &baseline {
+            Some(base) => compared(at("keyed ops/s @8"), "ops/s", keyed.ops_per_second, base),
+            None => {
+                baseline = Some(ops.clone());
+                ops
+            }
+        });
+        figures.push(figure(
+            at("HOT share of transitions"),
+            "%",
+            hot_per_mille / 10.0,
+        ));
+        figures.push(figure(
+            at("WAL bytes per keyed write (business insert included)"),
+            "B",
+            wal / keyed_writes,
+        ));
+        figures.push(figure(at("table bytes per row"), "B", table / rows));
+        figures.push(figure(at("index bytes per row"), "B", indexes / rows));
+        eprintln!("measured the transitions at fillfactor {fillfactor} ({rows} rows)");
+    }
+    Ok(figures)
+}
+
 /// Only the replay's figures, on a database of their own on the PostgreSQL at `url`.
 pub async fn replay_cost(url: &str, plan: &Plan) -> Result<Vec<Figure>> {
     let bench_db = BenchDatabase::create(url).await?;

@@ -38,6 +38,9 @@ enum Only {
     /// A duplicate's answer (the claim of a committed identity, and a resend's read first)
     /// next to a primary-key read, on PostgreSQL.
     Replay,
+    /// The transitions' cost in the table and its indexes by fillfactor (HOT updates), on
+    /// PostgreSQL.
+    Transitions,
 }
 
 #[tokio::main]
@@ -58,6 +61,11 @@ async fn main() -> anyhow::Result<()> {
         database_url.context("DATABASE_URL (or --database-url) names the PostgreSQL to measure")?;
     if let Some(Only::Pooler) = only {
         let figures = grpc_ledger_bench::pooler_cost(&url, &plan).await?;
+        println!("{}", grpc_ledger_bench::table(&figures));
+        return Ok(());
+    }
+    if let Some(Only::Transitions) = only {
+        let figures = grpc_ledger_bench::transitions_cost(&url, &plan).await?;
         println!("{}", grpc_ledger_bench::table(&figures));
         return Ok(());
     }
