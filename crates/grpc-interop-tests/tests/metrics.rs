@@ -260,7 +260,21 @@ async fn the_retry_layer_records_a66_attempt_and_call_metrics() {
         .await
         .unwrap();
 
-    let points = recorded.points();
+    // The losing copies' tasks are aborted when the call returns, and dropped by the runtime a
+    // moment later: wait until all 9 attempts have ended.
+    let ended = |points: &Points| -> u64 {
+        points
+            .get("grpc.client.attempt.duration")
+            .map_or(0, |points| points.iter().map(|(_, (count, _))| count).sum())
+    };
+    let mut points = recorded.points();
+    for _ in 0..100 {
+        if ended(&points) == 9 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        points = recorded.points();
+    }
     let labels: Vec<String> = LABELS.iter().map(|l| l.to_string()).collect();
     let with_status = |status: &str| {
         let mut labels = labels.clone();

@@ -2,19 +2,18 @@
 
 use std::error::Error;
 use std::future::poll_fn;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
 use grpc_policy::{CodeSet, Evidence, GrpcRetryBudget};
-use http::{HeaderMap, HeaderValue};
-use http_body::{Body as HttpBody, Frame};
+use http::HeaderValue;
+use http_body::Body as HttpBody;
 use tonic::body::Body;
 use tonic::{Code, Status};
 use tower_service::Service;
 
+use super::final_status::{Ending, OnEnding, on_final_status};
 use crate::client::advice::ServerAdvice;
 use crate::client::transport::{TransportFailure, classify_chain, reset_status};
 
@@ -231,67 +230,26 @@ pub(super) fn grpc_timeout(limit: Duration) -> HeaderValue {
     HeaderValue::from_str(&format!("{amount}{unit}")).expect("digits and a unit are a header value")
 }
 
-/// A committed response's body that gives the budget the call's final status when its trailers
-/// arrive: OK is a success, a retryable status a failure (A6 throttling counts the call's end,
-/// not its head).
-pub(super) struct FinalStatusBody {
-    inner: Body,
-    budget: Arc<GrpcRetryBudget>,
+/// A committed response whose final status is given to the budget when it is known (A6
+/// throttling counts the call's end, not its head): OK is a success, a status of `failing` a
+/// failure, and a response its caller dropped unfinished is neither.
+pub(super) fn counted_by_budget(
+    response: http::Response<Body>,
+    budget: Option<&Arc<GrpcRetryBudget>>,
     failing: CodeSet,
-}
-
-impl FinalStatusBody {
-    pub(super) fn wrap(
-        response: http::Response<Body>,
-        budget: Option<&Arc<GrpcRetryBudget>>,
-        failing: CodeSet,
-    ) -> http::Response<Body> {
-        match budget {
-            None => response,
-            Some(budget) => response.map(|inner| {
-                Body::new(Self {
-                    inner,
-                    budget: Arc::clone(budget),
-                    failing,
-                })
-            }),
-        }
-    }
-
-    fn count(&self, trailers: &HeaderMap) {
-        match Status::from_header_map(trailers).map(|s| s.code()) {
-            Some(Code::Ok) => self.budget.record_success(),
-            Some(code) if self.failing.contains(code) => self.budget.record_failure(),
-            _ => {}
-        }
-    }
-}
-
-impl HttpBody for FinalStatusBody {
-    type Data = Bytes;
-    type Error = Status;
-
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, Status>>> {
-        let this = self.get_mut();
-        let polled = Pin::new(&mut this.inner).poll_frame(cx);
-        if let Poll::Ready(Some(Ok(frame))) = &polled
-            && let Some(trailers) = frame.trailers_ref()
-        {
-            this.count(trailers);
-        }
-        polled
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> http_body::SizeHint {
-        self.inner.size_hint()
-    }
+) -> http::Response<Body> {
+    let Some(budget) = budget else {
+        return response;
+    };
+    let budget = Arc::clone(budget);
+    on_final_status(
+        response,
+        OnEnding::new(move |ending| match ending {
+            Ending::Status(Code::Ok) => budget.record_success(),
+            Ending::Status(code) if failing.contains(code) => budget.record_failure(),
+            Ending::Status(_) | Ending::Dropped => {}
+        }),
+    )
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@ use grpc_policy::{GrpcRetryEligibility, HedgingPolicy, Pushback};
 use tokio::task::JoinSet;
 use tonic::body::Body;
 
-use super::attempt::{AttemptEnd, BoxError, FinalStatusBody, deadline_passed};
+use super::attempt::{AttemptEnd, BoxError, counted_by_budget, deadline_passed};
 use super::service::{Attempts, Call, Shared};
 use crate::client::advice::ServerAdvice;
 use crate::metrics::CallCounts;
@@ -83,7 +83,7 @@ impl Shared {
                     let code = end.code();
                     if let AttemptEnd::Answered(response) = end {
                         // Dropping the set cancels every other copy.
-                        let response = FinalStatusBody::wrap(response, self.budget.as_ref(), non_fatal);
+                        let response = counted_by_budget(response, self.budget.as_ref(), non_fatal);
                         return (Ok(response), counts(sent, idle));
                     }
                     if !non_fatal.contains(code) {

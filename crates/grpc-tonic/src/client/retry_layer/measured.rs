@@ -9,15 +9,13 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-use http_body::{Body as HttpBody, Frame};
+use tonic::Code;
 use tonic::body::Body;
-use tonic::{Code, Status};
 
-use super::attempt::{AttemptEnd, BoxError, http_error_code};
+use super::attempt::{AttemptEnd, BoxError};
+use super::final_status::{Ending, OnEnding, on_final_status};
 use super::service::Attempts;
 use crate::metrics::{CallLabels, ClientMetrics};
 
@@ -40,12 +38,14 @@ impl<A: Attempts> Attempts for Measured<A> {
         let (metrics, labels) = (self.metrics.clone(), self.labels.clone());
         // An attempt dropped unfinished (a hedge that lost, a call its caller abandoned) ends
         // CANCELLED.
-        let mut ended = EndOnce::new(move |code| {
-            metrics.attempt_ended(&labels, code, started.elapsed());
+        let mut ended = OnEnding::new(move |ending| {
+            metrics.attempt_ended(&labels, code_of(ending), started.elapsed());
         });
         Box::pin(async move {
             match attempt.await {
-                AttemptEnd::Answered(response) => AttemptEnd::Answered(when_ended(response, ended)),
+                AttemptEnd::Answered(response) => {
+                    AttemptEnd::Answered(on_final_status(response, ended))
+                }
                 end => {
                     ended.end(end.code());
                     end
@@ -57,100 +57,31 @@ impl<A: Attempts> Attempts for Measured<A> {
 
 /// The call's end, recorded with the status its caller gets once that status is known (and as
 /// CANCELLED if the call is dropped before).
-pub(super) fn call_ended(metrics: &ClientMetrics, labels: CallLabels) -> EndOnce {
+pub(super) fn call_ended(metrics: &ClientMetrics, labels: CallLabels) -> OnEnding {
     let (metrics, started) = (metrics.clone(), Instant::now());
-    EndOnce::new(move |code| metrics.call_ended(&labels, code, started.elapsed()))
+    OnEnding::new(move |ending| metrics.call_ended(&labels, code_of(ending), started.elapsed()))
+}
+
+/// A66's status of an ending: a response its caller dropped unfinished is CANCELLED.
+fn code_of(ending: Ending) -> Code {
+    match ending {
+        Ending::Status(code) => code,
+        Ending::Dropped => Code::Cancelled,
+    }
 }
 
 /// `answer`, its call's end recorded by `ended`.
 pub(super) fn call_measured(
     answer: Result<http::Response<Body>, BoxError>,
-    mut ended: EndOnce,
+    mut ended: OnEnding,
 ) -> Result<http::Response<Body>, BoxError> {
     match answer {
-        Ok(response) => Ok(when_ended(response, ended)),
+        Ok(response) => Ok(on_final_status(response, ended)),
         // A channel error tonic reports as it can; nothing proven, so UNKNOWN (as
         // `AttemptEnd::code` says of it).
         Err(error) => {
             ended.end(Code::Unknown);
             Err(error)
         }
-    }
-}
-
-/// Calls its function once, with the final status; with CANCELLED if dropped before.
-pub(super) struct EndOnce(Option<Box<dyn FnOnce(Code) + Send>>);
-
-impl EndOnce {
-    fn new(ended: impl FnOnce(Code) + Send + 'static) -> Self {
-        Self(Some(Box::new(ended)))
-    }
-
-    fn end(&mut self, code: Code) {
-        if let Some(ended) = self.0.take() {
-            ended(code);
-        }
-    }
-}
-
-impl Drop for EndOnce {
-    fn drop(&mut self) {
-        self.end(Code::Cancelled);
-    }
-}
-
-/// `response`, `ended` called with its final status: at once when its head carries one
-/// (trailers-only) or is an HTTP error (the status gRPC maps it to), else when its trailers
-/// arrive or its body fails; CANCELLED if the caller drops it before either.
-fn when_ended(response: http::Response<Body>, mut ended: EndOnce) -> http::Response<Body> {
-    if let Some(status) = Status::from_header_map(response.headers()) {
-        ended.end(status.code());
-        return response;
-    }
-    if response.status() != http::StatusCode::OK {
-        ended.end(http_error_code(response.status()));
-        return response;
-    }
-    response.map(|inner| Body::new(EndObserved { inner, ended }))
-}
-
-/// A response body that reports the final status it carries.
-struct EndObserved {
-    inner: Body,
-    ended: EndOnce,
-}
-
-impl HttpBody for EndObserved {
-    type Data = Bytes;
-    type Error = Status;
-
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, Status>>> {
-        let this = self.get_mut();
-        let polled = Pin::new(&mut this.inner).poll_frame(cx);
-        match &polled {
-            Poll::Ready(Some(Ok(frame))) => {
-                if let Some(trailers) = frame.trailers_ref() {
-                    let code =
-                        Status::from_header_map(trailers).map_or(Code::Unknown, |s| s.code());
-                    this.ended.end(code);
-                }
-            }
-            Poll::Ready(Some(Err(status))) => this.ended.end(status.code()),
-            // The body ended without trailers: no status, which tonic reports as UNKNOWN.
-            Poll::Ready(None) => this.ended.end(Code::Unknown),
-            Poll::Pending => {}
-        }
-        polled
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> http_body::SizeHint {
-        self.inner.size_hint()
     }
 }

@@ -9,6 +9,7 @@
 
 mod attempt;
 mod builder;
+mod final_status;
 mod hedge;
 mod measured;
 mod replay;

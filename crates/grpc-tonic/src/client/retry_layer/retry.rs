@@ -3,7 +3,7 @@
 use grpc_policy::{RefusalReason, RetryPolicy};
 use tonic::body::Body;
 
-use super::attempt::{AttemptEnd, BoxError, FinalStatusBody, deadline_passed};
+use super::attempt::{AttemptEnd, BoxError, counted_by_budget, deadline_passed};
 use super::service::{Attempts, Call, Shared};
 use crate::client::advice::ServerAdvice;
 use crate::client::attempts::{CallRun, Next};
@@ -25,7 +25,7 @@ impl Shared {
                 .send(call.attempt(run.previous_attempts(), limit), limit)
                 .await;
             if let AttemptEnd::Answered(response) = end {
-                let response = FinalStatusBody::wrap(
+                let response = counted_by_budget(
                     response,
                     self.budget.as_ref(),
                     policy.retryable_status_codes(),
