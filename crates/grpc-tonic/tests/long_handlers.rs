@@ -255,3 +255,54 @@ async fn a_handler_whose_renewal_is_stuck_is_cut_when_its_lease_runs_out() {
         "its write is rolled back"
     );
 }
+
+/// A handler that panics under a committed claim: its caller gets INTERNAL, its work is rolled
+/// back, and its claim is handed on as the unit unwinds, so a resend takes over at once instead
+/// of being told to wait out the lease (5 s here).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_handler_that_panics_hands_its_claim_to_the_resend_at_once() {
+    let store = InMemoryStore::new(Duration::from_millis(50));
+    let guard = guard(&store, Duration::from_secs(5), Duration::from_secs(60));
+    let panicked = guard
+        .run(
+            &method(),
+            request("pay-panics"),
+            |unit: Arc<InMemoryUnit>, _pay: Pay| async move {
+                unit.write_business("pay-panics");
+                // Opaque to the compiler, so that the answer after it is not unreachable code.
+                if std::hint::black_box(true) {
+                    panic!("the handler panics after its write");
+                }
+                Ok(Committed {
+                    response: (),
+                    outcome: OutcomeReference::parse("unreachable").unwrap(),
+                })
+            },
+            |_unit, _outcome| async move { Ok(()) },
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(panicked.code(), Code::Internal, "{panicked:?}");
+    assert!(
+        store.committed_business().is_empty(),
+        "its write rolled back"
+    );
+
+    let ran = Arc::new(AtomicUsize::new(0));
+    let started = std::time::Instant::now();
+    let resent = loop {
+        match call(&guard, "pay-panics", Duration::ZERO, &ran).await {
+            Err(status)
+                if status.code() == Code::Aborted && started.elapsed() < Duration::from_secs(1) =>
+            {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            answer => break answer,
+        }
+    };
+    let resent = resent.expect("the resend took the claim over well within the lease");
+    assert!(!replayed(&resent));
+    assert!(started.elapsed() < Duration::from_secs(1));
+    assert_eq!(ran.load(Ordering::SeqCst), 1);
+    assert_eq!(store.committed_business(), ["pay-panics"]);
+}

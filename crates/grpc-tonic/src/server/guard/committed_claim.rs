@@ -84,6 +84,15 @@ where
             self.release(&identity, version).await;
             return Err(status);
         }
+        // From here until the claim is finished or released, a unit that ends any other way (a
+        // handler that panics, the unit dropped at its time bound) hands the claim on as it goes,
+        // instead of leaving it to the rest of its lease.
+        let mut held = HeldClaim {
+            units: Arc::clone(&self.units),
+            identity: identity.clone(),
+            version,
+            held: true,
+        };
 
         let mut keeper = LeaseKeeper::start(
             Arc::clone(&self.units),
@@ -99,6 +108,7 @@ where
             Ok(transaction) => Arc::new(transaction),
             Err(error) => {
                 keeper.stop().await;
+                held.held = false;
                 self.release(&identity, version).await;
                 return Err(error.into());
             }
@@ -119,14 +129,16 @@ where
                     "the handler's work was rolled back under a committed claim"
                 );
                 self.roll_back(transaction).await;
+                held.held = false;
                 self.release(&identity, version).await;
                 return Err(status);
             }
         };
-        match self
+        let completed = self
             .complete(transaction, &identity, version, &completion)
-            .await
-        {
+            .await;
+        held.held = false;
+        match completed {
             Ok(()) => answer,
             Err(status) => {
                 self.release(&identity, version).await;
@@ -142,15 +154,51 @@ where
     /// hold up the caller's answer, and a release left behind ends on its own. If it fails, the
     /// claim's lease runs out by itself.
     async fn release(&self, identity: &GrpcOperationIdentity, version: Version) {
-        let (units, identity) = (Arc::clone(&self.units), identity.clone());
-        let release = tokio::spawn(async move {
-            let released = UnitPerCall::new(units)
-                .renew_lease(&identity, version, LeaseDuration::SHORTEST)
-                .await;
-            if let Err(error) = released {
-                tracing::debug!(%error, "a claim given up was not released; its lease will run out");
-            }
-        });
+        let release = tokio::spawn(release_claim(
+            Arc::clone(&self.units),
+            identity.clone(),
+            version,
+        ));
         let _ = tokio::time::timeout(self.config.lease.get() / 3, release).await;
+    }
+}
+
+/// Releases a claim: a renewal to the shortest lease, fenced on `version`.
+async fn release_claim<U: LedgerUnitsOfWork + 'static>(
+    units: Arc<U>,
+    identity: GrpcOperationIdentity,
+    version: Version,
+) {
+    let released = UnitPerCall::new(units)
+        .renew_lease(&identity, version, LeaseDuration::SHORTEST)
+        .await;
+    if let Err(error) = released {
+        tracing::debug!(%error, "a claim given up was not released; its lease will run out");
+    }
+}
+
+/// A committed claim the unit still holds. Dropped while held (the unit unwinding from a
+/// panicking handler, or dropped at its time bound), it releases the claim on a task of its own:
+/// the handler's writes rolled back with its transaction, so the next attempt may take over at
+/// once.
+struct HeldClaim<U: LedgerUnitsOfWork + 'static> {
+    units: Arc<U>,
+    identity: GrpcOperationIdentity,
+    version: Version,
+    held: bool,
+}
+
+impl<U: LedgerUnitsOfWork + 'static> Drop for HeldClaim<U> {
+    fn drop(&mut self) {
+        if !self.held {
+            return;
+        }
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(release_claim(
+                Arc::clone(&self.units),
+                self.identity.clone(),
+                self.version,
+            ));
+        }
     }
 }
