@@ -61,9 +61,15 @@ pub(crate) fn chaos(quick: bool, interrupted: &AtomicBool) -> Result<()> {
 
     let mut failed = report::print_summaries(&summaries);
     let orphans = report::orphans(&cluster)?;
+    let postings_orphans = report::orphans_at(&cluster, &postings_database(&cluster)?)?;
     let orphans_after_failover =
         orphans_after_failover.context("the chaos catalogue has no failover scenario")?;
-    report::print_orphans(&orphans, &orphans_after_failover, &mut failed);
+    report::print_orphans(
+        &orphans,
+        &postings_orphans,
+        &orphans_after_failover,
+        &mut failed,
+    );
     report::verdict(&failed)
 }
 

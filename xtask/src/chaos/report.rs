@@ -24,6 +24,11 @@ pub(super) fn orphans(cluster: &Cluster) -> Result<String> {
     cluster.psql(ORPHANS)
 }
 
+/// The same count in the cluster's database at `url` (the chained demo's postings ledger).
+pub(super) fn orphans_at(cluster: &Cluster, url: &str) -> Result<String> {
+    cluster.psql_at(url, ORPHANS)
+}
+
 /// Prints one line per scenario; returns the scenarios whose demo did not reconcile.
 pub(super) fn print_summaries(summaries: &[Summary]) -> Vec<&'static str> {
     println!("\n{:<30} {:>7}  demo report", "scenario", "faults");
@@ -67,17 +72,21 @@ pub(super) fn print_summaries(summaries: &[Summary]) -> Vec<&'static str> {
     failed
 }
 
-/// Prints the orphaned claims on the chaos cluster and on the promoted standby; adds them to
-/// `failed` when there are any.
+/// Prints the orphaned claims on the chaos cluster (the payments ledger, then the chained
+/// demo's postings ledger) and on the promoted standby; adds them to `failed` when there are any.
 pub(super) fn print_orphans(
     orphans: &str,
+    postings_orphans: &str,
     orphans_after_failover: &str,
     failed: &mut Vec<&'static str>,
 ) {
     println!(
-        "IN_PROGRESS rows without a live lease: {orphans} (and {orphans_after_failover} on the promoted standby)"
+        "IN_PROGRESS rows without a live lease: {orphans}, {postings_orphans} in the postings ledger (and {orphans_after_failover} on the promoted standby)"
     );
-    if orphans != "0" || orphans_after_failover != "0" {
+    if [orphans, postings_orphans, orphans_after_failover]
+        .iter()
+        .any(|count| *count != "0")
+    {
         failed.push("orphaned claims");
     }
 }

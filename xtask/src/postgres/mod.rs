@@ -309,7 +309,12 @@ impl Cluster {
     /// TCP that needs none of the cluster's files, so it runs as the invoker, not as the cluster's
     /// user.
     pub(crate) fn psql(&self, sql: &str) -> Result<String> {
-        cmd::output(Command::new(self.bin.join("psql")).args([&self.url, "-Atqc", sql]))
+        self.psql_at(&self.url, sql)
+    }
+
+    /// [`psql`](Self::psql) on another database of the cluster, named by its `url`.
+    pub(crate) fn psql_at(&self, url: &str, sql: &str) -> Result<String> {
+        cmd::output(Command::new(self.bin.join("psql")).args([url, "-Atqc", sql]))
             .map(|out| out.trim().to_owned())
     }
 
