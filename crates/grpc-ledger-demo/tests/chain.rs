@@ -1,9 +1,9 @@
-//! The chained demo (`--chain`): payments calling postings, each with its own guard and store,
-//! responses lost after commit on both hops, streams reset on the second, payment units failed
-//! after their posting committed, and each server killed once mid-run. Both stores reconcile:
-//! every acknowledged payment has one payment row and one posting, no account has two postings,
-//! and every posting left without its payment is taken up by the client's resend under the same
-//! key, never posted again.
+//! The chained demo (`--chain`) on SQLite, PostgreSQL and MariaDB: payments calling postings,
+//! each with its own guard and store, responses lost after commit on both hops, streams reset on
+//! the second, payment units failed after their posting committed, and each server killed once
+//! mid-run. Both stores reconcile: every acknowledged payment has one payment row and one
+//! posting, no account has two postings, and every posting left without its payment is taken up
+//! by the client's resend under the same key, never posted again.
 
 use std::time::Duration;
 
@@ -164,6 +164,43 @@ async fn exactly_once_across_two_services_on_postgres() {
         .unwrap();
         assert_exactly_once_across_the_chain(&report);
     }
+}
+
+/// On MariaDB, each service with a database of its own on the server, the executor owning the
+/// client's retries.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn exactly_once_across_two_services_on_mariadb() {
+    let _one_at_a_time = ONE_AT_A_TIME.lock().await;
+    let server_url = required(
+        "MARIADB_URL",
+        "run `cargo xtask test`, or `cargo xtask mariadb start` and export MARIADB_URL=$(cargo xtask mariadb url)",
+    );
+    let admin = sea_orm::Database::connect(&server_url).await.unwrap();
+    let process = std::process::id();
+    let mut stores = Vec::new();
+    for service in ["payments", "postings"] {
+        let database = format!("chain_{service}_{process}");
+        admin
+            .execute_unprepared(&format!("CREATE DATABASE IF NOT EXISTS {database}"))
+            .await
+            .unwrap();
+        stores.push(Store::Server {
+            url: grpc_operation_ledger_seaorm::database_url(&server_url, &database).unwrap(),
+            pooler: Pooler::default(),
+        });
+    }
+    admin.close().await.unwrap();
+    let (payments, postings) = (stores.remove(0), stores.remove(0));
+    let report = run_chain(
+        GuardMode::ClaimFirst,
+        &ChainStores { payments, postings },
+        FIRST_HOP,
+        SECOND_HOP,
+        &client(&format!("chainmaria{process}"), ClientRetries::Application),
+    )
+    .await
+    .unwrap();
+    assert_exactly_once_across_the_chain(&report);
 }
 
 /// A chain refuses the write-once mode: its handler's posting is an effect outside the unit.
