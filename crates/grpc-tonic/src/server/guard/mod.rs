@@ -185,7 +185,10 @@ where
     /// Runs `handler` once per identity: claim, handler (its writes on the unit's transaction),
     /// transition, commit. A duplicate gets `replay` of the stored outcome (or the stored
     /// failure) with `idempotent-replayed: true`; a key reused with another request is
-    /// FAILED_PRECONDITION; an operation still in flight is ABORTED with a retry delay.
+    /// FAILED_PRECONDITION; an operation still in flight is ABORTED with a retry delay. A request
+    /// that says it is a resend (`grpc-previous-rpc-attempts` above 0) is looked up by its key
+    /// first: a finished operation is answered from that one read, anything else goes on to the
+    /// claim (ADR 0016).
     ///
     /// The handler and the replay receive the unit's transaction as an `Arc`; they must not keep
     /// it past their future, since the guard commits or rolls it back afterwards (a handler that
