@@ -78,9 +78,9 @@ pub struct RetryLayer {
 impl RetryLayer {
     /// Starts a layer configured by `config`, for the methods of `catalog` (a method the
     /// catalog lacks is non-idempotent: never retried once sent). The layer makes the channel
-    /// the retry owner ([`GrpcRetryOwner::Channel`]): a channel whose retries another owner has
-    /// (the application's executor, a mesh) gets no RetryLayer at all, so there is no owner to
-    /// pass.
+    /// the retry owner ([`GrpcRetryOwner::Channel`](grpc_policy::GrpcRetryOwner::Channel)): a
+    /// channel whose retries another owner has (the application's executor, a mesh) gets no
+    /// RetryLayer at all, so there is no owner to pass.
     pub fn builder(config: ServiceConfig, catalog: MethodCatalog) -> RetryLayerBuilder {
         RetryLayerBuilder::new(config, catalog)
     }
