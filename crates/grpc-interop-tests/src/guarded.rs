@@ -196,3 +196,25 @@ impl pb::probe_server::Probe for Service {
         Err(Status::unimplemented("only Call is guarded"))
     }
 }
+
+/// A client of the probe over a channel whose retries a RetryLayer owns, configured by the
+/// service config `config` (JSON, for the channel owner), with `Call` a keyed mutation against
+/// the probe's durable ledger: what an adopter's generated client over the layer is.
+pub fn keyed_layer_client(
+    config: &str,
+    addr: SocketAddr,
+) -> pb::probe_client::ProbeClient<grpc_tonic::RetryService<tonic::transport::Channel>> {
+    let config = grpc_policy::GrpcServiceConfigPolicy::new(grpc_policy::GrpcRetryOwner::Channel)
+        .parse(config)
+        .expect("a valid service config");
+    let mut catalog = grpc_policy::MethodCatalog::from_descriptor_set_bytes(DESCRIPTOR_SET)
+        .expect("the probe's descriptor set");
+    catalog
+        .mark_keyed_mutation(&GrpcMethod::parse(METHOD).expect("the probe's method"))
+        .expect("the probe's method is in its catalog");
+    let layer = grpc_tonic::RetryLayer::builder(config, catalog)
+        .server_ledger(grpc_core_api::LedgerDurability::Durable)
+        .build()
+        .expect("a layer for a valid config");
+    pb::probe_client::ProbeClient::new(tower_layer::Layer::layer(&layer, crate::lazy_channel(addr)))
+}

@@ -7,11 +7,8 @@
 
 use std::sync::Arc;
 
-use grpc_core_api::{GrpcMethod, LedgerDurability};
-use grpc_interop_tests::guarded::{GuardedOptions, GuardedProbe};
-use grpc_interop_tests::{DESCRIPTOR_SET, METHOD, lazy_channel, pb};
-use grpc_policy::{GrpcRetryOwner, GrpcServiceConfigPolicy, MethodCatalog};
-use grpc_tonic::RetryLayer;
+use grpc_interop_tests::guarded::{GuardedOptions, GuardedProbe, keyed_layer_client};
+use grpc_interop_tests::pb;
 use grpc_tonic::testing::{AfterCommitFaults, reconcile};
 use tonic::Request;
 
@@ -26,23 +23,10 @@ async fn lost_responses_and_reset_streams_after_commit_reconcile_exactly_once() 
     })
     .await
     .unwrap();
-    let config = GrpcServiceConfigPolicy::new(GrpcRetryOwner::Channel)
-        .parse(
-            r#"{"methodConfig": [{"name": [{"service": "interop.v1.Probe"}], "retryPolicy": {"maxAttempts": 5, "initialBackoff": "0.005s", "maxBackoff": "0.05s", "backoffMultiplier": 2, "retryableStatusCodes": ["UNAVAILABLE"]}}]}"#,
-        )
-        .unwrap();
-    let mut catalog = MethodCatalog::from_descriptor_set_bytes(DESCRIPTOR_SET).unwrap();
-    catalog
-        .mark_keyed_mutation(&GrpcMethod::parse(METHOD).unwrap())
-        .unwrap();
-    let layer = RetryLayer::builder(config, catalog)
-        .server_ledger(LedgerDurability::Durable)
-        .build()
-        .unwrap();
-    let client = pb::probe_client::ProbeClient::new(tower_layer::Layer::layer(
-        &layer,
-        lazy_channel(probe.addr),
-    ));
+    let client = keyed_layer_client(
+        r#"{"methodConfig": [{"name": [{"service": "interop.v1.Probe"}], "retryPolicy": {"maxAttempts": 5, "initialBackoff": "0.005s", "maxBackoff": "0.05s", "backoffMultiplier": 2, "retryableStatusCodes": ["UNAVAILABLE"]}}]}"#,
+        probe.addr,
+    );
 
     let mut acknowledged = Vec::new();
     for n in 0..CALLS {

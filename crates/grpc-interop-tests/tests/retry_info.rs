@@ -9,14 +9,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use grpc_core_api::{GrpcMethod, IdempotencyKey, LedgerDurability, REPLAYED_METADATA_KEY};
-use grpc_interop_tests::guarded::{GuardedOptions, GuardedProbe};
-use grpc_interop_tests::{DESCRIPTOR_SET, METHOD, lazy_channel, pb};
-use grpc_policy::{
-    CodeSet, GrpcRetryBudget, GrpcRetryOwner, GrpcServiceConfigPolicy, MethodCatalog, RetryPolicy,
-    RetryThrottling,
-};
-use grpc_tonic::{GuardMode, Resolution, RetryExecutor, RetryLayer, RetrySettings};
+use grpc_core_api::{IdempotencyKey, LedgerDurability, REPLAYED_METADATA_KEY};
+use grpc_interop_tests::guarded::{GuardedOptions, GuardedProbe, keyed_layer_client};
+use grpc_interop_tests::{lazy_channel, pb};
+use grpc_policy::{CodeSet, GrpcRetryBudget, GrpcRetryOwner, RetryPolicy, RetryThrottling};
+use grpc_tonic::{GuardMode, Resolution, RetryExecutor, RetrySettings};
 use tonic::{Code, Request, Response, Status};
 
 /// The lease of the guard's claims; a duplicate is told to come back after what is left of it.
@@ -73,21 +70,10 @@ async fn the_retry_layer_waits_as_the_guards_retry_info_says_and_gets_the_replay
     let (addr, handlers) = guarded_server().await;
     let first = first_call(addr, "k-layer", &handlers).await;
 
-    let config = GrpcServiceConfigPolicy::new(GrpcRetryOwner::Channel)
-        .parse(
-            r#"{"methodConfig": [{"name": [{"service": "interop.v1.Probe"}], "retryPolicy": {"maxAttempts": 5, "initialBackoff": "0.01s", "maxBackoff": "5s", "backoffMultiplier": 2, "retryableStatusCodes": ["ABORTED"]}}]}"#,
-        )
-        .unwrap();
-    let mut catalog = MethodCatalog::from_descriptor_set_bytes(DESCRIPTOR_SET).unwrap();
-    catalog
-        .mark_keyed_mutation(&GrpcMethod::parse(METHOD).unwrap())
-        .unwrap();
-    let layer = RetryLayer::builder(config, catalog)
-        .server_ledger(LedgerDurability::Durable)
-        .build()
-        .unwrap();
-    let mut client =
-        pb::probe_client::ProbeClient::new(tower_layer::Layer::layer(&layer, lazy_channel(addr)));
+    let mut client = keyed_layer_client(
+        r#"{"methodConfig": [{"name": [{"service": "interop.v1.Probe"}], "retryPolicy": {"maxAttempts": 5, "initialBackoff": "0.01s", "maxBackoff": "5s", "backoffMultiplier": 2, "retryableStatusCodes": ["ABORTED"]}}]}"#,
+        addr,
+    );
     let duplicate = client
         .call(keyed(
             "pay",
