@@ -1,4 +1,5 @@
-//! Lower-case hexadecimal for 32-byte digests, the only form digests take outside this crate.
+//! Lower-case hexadecimal for 32-byte digests, their one text form outside this crate (a store
+//! may keep their bytes).
 
 /// Declares the hex reading, writing and abbreviated `Debug` of a 32-byte digest newtype, so that
 /// every digest has exactly one spelling and none is printed in full by accident.
@@ -20,6 +21,11 @@ macro_rules! digest_text_forms {
             /// The 32 digest bytes.
             pub fn as_bytes(&self) -> &[u8; 32] {
                 &self.0
+            }
+
+            /// Reads a digest stored as its 32 bytes (a store's binary column).
+            pub fn from_bytes(bytes: [u8; 32]) -> Self {
+                Self(bytes)
             }
         }
 

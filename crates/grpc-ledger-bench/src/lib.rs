@@ -681,12 +681,14 @@ async fn growth(db: &DatabaseConnection, plan: &Plan) -> Result<Vec<Figure>> {
         if have < size {
             db.execute_raw(Statement::from_sql_and_values(
                 DbBackend::Postgres,
-                "INSERT INTO grpc_operation_ledger (caller_fingerprint, full_method_name, \
-                 idempotency_key_hash, request_fingerprint, state, version, claimed_at, \
-                 lease_expires_at, completed_at, outcome_reference) \
-                 SELECT md5('bulk' || (i % 8)) || md5((i % 8) || 'bulk'), $3, \
-                 md5('g' || i) || md5('h' || i), md5('r' || i), 'COMMITTED', 2, 1, 2, 3, 'p' \
-                 FROM generate_series($1::bigint, $2::bigint) AS i",
+                "INSERT INTO grpc_operation_ledger (identity_digest, caller_fingerprint, \
+                 full_method_name, idempotency_key_hash, request_fingerprint, state, version, \
+                 claimed_at, lease_expires_at, completed_at, outcome_reference) \
+                 SELECT sha256(convert_to(c || '|' || $3 || '|' || h, 'UTF8')), c, $3, \
+                 decode(h, 'hex'), sha256(convert_to('r' || i, 'UTF8')), 'COMMITTED', 2, 1, 2, 3, \
+                 'p' FROM (SELECT i, md5('bulk' || (i % 8)) || md5((i % 8) || 'bulk') AS c, \
+                 md5('g' || i) || md5('h' || i) AS h \
+                 FROM generate_series($1::bigint, $2::bigint) AS i) AS bulk",
                 [
                     (have as i64 + 1).into(),
                     (size as i64).into(),

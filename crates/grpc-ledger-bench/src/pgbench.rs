@@ -18,39 +18,55 @@ pub(crate) fn pgbench_binary() -> std::path::PathBuf {
 pub(crate) fn pgbench_keyed_script() -> Result<String> {
     let [(_, claim), _, _, (_, commit), ..] =
         statements(DbBackend::Postgres).context("PostgreSQL")?;
-    let identity = |sql: &str| {
-        sql.replace("$3", "md5(:k || 'a') || md5(:k || 'b')")
-            .replace("$2", &format!("'{METHOD}'"))
-            .replace("$1", "md5('c' || :c) || md5(:c || 'c')")
-    };
-    let claim = identity(
-        &claim
-            .replace("$7", &format!("'{CLAIM_WAIT_SETTING}'"))
-            .replace("$6", ":s")
-            .replace("$5", "30000")
-            .replace("$4", "md5('r' || :k) || md5('s' || :k)"),
-    );
+    let claim = claim
+        .replace("$8", &format!("'{CLAIM_WAIT_SETTING}'"))
+        .replace("$7", ":s")
+        .replace("$6", "30000")
+        .replace("$5", REQUEST_BYTES)
+        .replace("$4", KEY_HASH_BYTES)
+        .replace("$3", &format!("'{METHOD}'"))
+        .replace("$2", CALLER)
+        .replace("$1", &identity_digest());
     // The claim returns the fresh version; `\gset` keeps it in `:version` for the transition.
-    let commit = identity(&commit.replace("$5", "'p-' || :k").replace("$4", ":version"));
+    let commit = commit
+        .replace("$3", "'p-' || :k")
+        .replace("$2", ":version")
+        .replace("$1", &identity_digest());
     Ok(format!(
         "\\set k random(1, 9000000000000000000)\n\\set c random(0, 7)\n\\set s random(0, 65535)\nBEGIN;\n{claim} \\gset\n{};\n{commit};\nEND;\n",
         pgbench_business_statement()
     ))
 }
 
+/// pgbench's caller fingerprint: one of eight, 64 characters.
+const CALLER: &str = "md5('c' || :c) || md5(:c || 'c')";
+/// pgbench's key hash, 64 hex digits, as the store keeps it: 32 bytes.
+const KEY_HASH_HEX: &str = "md5(:k || 'a') || md5(:k || 'b')";
+const KEY_HASH_BYTES: &str = "decode(md5(:k || 'a') || md5(:k || 'b'), 'hex')";
+/// pgbench's request fingerprint, 32 bytes.
+const REQUEST_BYTES: &str = "decode(md5('r' || :k) || md5('s' || :k), 'hex')";
+
+/// The identity's digest as the adapter computes it (`GrpcOperationIdentity::storage_digest`),
+/// in SQL: the client computes it in the adapter, pgbench in the server.
+fn identity_digest() -> String {
+    format!("sha256(convert_to({CALLER} || '|' || '{METHOD}' || '|' || {KEY_HASH_HEX}, 'UTF8'))")
+}
+
 /// The "faster co-commit" candidate, at SQL level: the business insert, then the ledger row
 /// written once, already COMMITTED, at the end of the transaction (a conflict would mean a
-/// duplicate: roll back and replay). Measured only; the adapter does not offer it.
+/// duplicate: roll back and replay). This is the shape of the adapter's write-once record.
 pub(crate) fn pgbench_commit_once_script() -> String {
     format!(
         "\\set k random(1, 9000000000000000000)\n\\set c random(0, 7)\nBEGIN;\n{};\n\
-         INSERT INTO grpc_operation_ledger (caller_fingerprint, full_method_name, idempotency_key_hash, \
-         request_fingerprint, state, version, claimed_at, lease_expires_at, completed_at, outcome_reference) \
-         SELECT md5('c' || :c) || md5(:c || 'c'), '{METHOD}', md5(:k || 'a') || md5(:k || 'b'), \
-         md5('r' || :k) || md5('s' || :k), 'COMMITTED', 1, clock.now, clock.now, clock.now, 'p-' || :k \
+         INSERT INTO grpc_operation_ledger (identity_digest, caller_fingerprint, full_method_name, \
+         idempotency_key_hash, request_fingerprint, state, version, claimed_at, lease_expires_at, \
+         completed_at, outcome_reference) \
+         SELECT {}, {CALLER}, '{METHOD}', {KEY_HASH_BYTES}, {REQUEST_BYTES}, 'COMMITTED', 1, \
+         clock.now, clock.now, clock.now, 'p-' || :k \
          FROM (SELECT (EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::BIGINT AS now) AS clock WHERE true \
-         ON CONFLICT (caller_fingerprint, full_method_name, idempotency_key_hash) DO NOTHING;\nEND;\n",
-        pgbench_business_statement()
+         ON CONFLICT (identity_digest) DO NOTHING;\nEND;\n",
+        pgbench_business_statement(),
+        identity_digest()
     )
 }
 

@@ -253,16 +253,18 @@ pub async fn find_listed<C: ConnectionTrait>(
     }
     let backend = db.get_database_backend();
     supported(backend)?;
-    let (a, b) = match backend {
-        DbBackend::Postgres => ("$1", "$2"),
-        DbBackend::Sqlite => ("?1", "?2"),
-        _ => ("?", "?"),
+    let (a, b, hex) = match backend {
+        DbBackend::Postgres => ("$1", "$2", "encode(idempotency_key_hash, 'hex')"),
+        DbBackend::Sqlite => ("?1", "?2", "lower(hex(idempotency_key_hash))"),
+        _ => ("?", "?", "LOWER(HEX(idempotency_key_hash))"),
     };
     // The prefix is hex digits only (checked above), so it can stand in the text of the LIKE.
+    // The key is the identity's digest, which a prefix of the key hash cannot name: this reads
+    // the table (an operator's command, not a request's path).
     let sql = format!(
         "SELECT idempotency_key_hash FROM grpc_operation_ledger \
          WHERE caller_fingerprint = {a} AND full_method_name = {b} \
-         AND idempotency_key_hash LIKE '{prefix}%' LIMIT 2"
+         AND {hex} LIKE '{prefix}%' LIMIT 2"
     );
     let values = vec![
         Value::from(caller.as_str().to_owned()),
@@ -275,8 +277,7 @@ pub async fn find_listed<C: ConnectionTrait>(
     match rows.as_slice() {
         [] => Ok(None),
         [row] => {
-            let hash = IdempotencyKeyHash::from_hex(&get::<String>(row, 0)?)
-                .map_err(|_| LedgerError::internal("a stored key hash is not 64 hex digits"))?;
+            let hash = stored_key_hash(row, 0)?;
             Ok(Some(GrpcOperationIdentity::new(
                 caller.clone(),
                 method.clone(),
@@ -291,7 +292,7 @@ pub async fn find_listed<C: ConnectionTrait>(
 
 fn listed(row: &QueryResult) -> Result<ListedOperation, LedgerError> {
     let stored = |what: &'static str| move |_| LedgerError::internal(what);
-    let key_hash: String = get(row, 2)?;
+    let key_hash = stored_key_hash(row, 2)?.to_hex();
     Ok(ListedOperation {
         caller: CallerFingerprint::parse(&get::<String>(row, 0)?)
             .map_err(stored("a stored caller is not valid"))?,
@@ -304,6 +305,13 @@ fn listed(row: &QueryResult) -> Result<ListedOperation, LedgerError> {
         age: millis(get(row, 5)?),
         lease_left: millis(get(row, 6)?),
     })
+}
+
+/// The key hash in column `index`, stored as its 32 bytes.
+fn stored_key_hash(row: &QueryResult, index: usize) -> Result<IdempotencyKeyHash, LedgerError> {
+    <[u8; 32]>::try_from(get::<Vec<u8>>(row, index)?)
+        .map(IdempotencyKeyHash::from_bytes)
+        .map_err(|_| LedgerError::internal("a stored key hash is not 32 bytes"))
 }
 
 /// The state stored (and shown) as `name`: `IN_PROGRESS`, `COMMITTED` or `FAILED_TERMINAL`.

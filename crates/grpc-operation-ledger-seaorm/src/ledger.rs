@@ -240,8 +240,7 @@ where
         lease: LeaseDuration,
         phase: Phase,
     ) -> Result<Inserted, LedgerError> {
-        let mut values = identity_values(identity);
-        values.push(request.to_hex().into());
+        let mut values = inserted_identity_values(identity, request);
         values.push(lease.as_millis().into());
         values.push(i32::from(Version::random_salt()).into());
         if self.backend() == DbBackend::Postgres {
@@ -468,8 +467,7 @@ where
         }
         self.bound_lock_wait().await?;
         let sql = self.sql()?;
-        let mut values = identity_values(identity);
-        values.push(request.to_hex().into());
+        let mut values = inserted_identity_values(identity, request);
         let (state, outcome, failure) = match completion {
             Completion::Committed(outcome) => ("COMMITTED", Some(outcome.as_str()), None),
             Completion::Failed(failure) => ("FAILED_TERMINAL", None, Some(failure)),
@@ -592,11 +590,22 @@ where
     }
 }
 
+/// The values of `identity_condition!`: the row's key, the identity's digest.
 fn identity_values(identity: &GrpcOperationIdentity) -> Vec<Value> {
+    vec![identity.storage_digest().to_vec().into()]
+}
+
+/// The values of `identity_columns!`: the digest, the three parts and the request fingerprint.
+fn inserted_identity_values(
+    identity: &GrpcOperationIdentity,
+    request: &RequestFingerprint,
+) -> Vec<Value> {
     vec![
+        identity.storage_digest().to_vec().into(),
         identity.caller().as_str().into(),
         identity.method().as_str().into(),
-        identity.key_hash().to_hex().into(),
+        identity.key_hash().as_bytes().to_vec().into(),
+        request.as_bytes().to_vec().into(),
     ]
 }
 
@@ -641,8 +650,12 @@ fn decode_record(
             .map_err(|_| corrupt(column))
     };
 
-    let request_fingerprint = RequestFingerprint::from_hex(text("request_fingerprint")?.trim_end())
-        .map_err(|_| corrupt("request_fingerprint"))?;
+    let request_fingerprint = row
+        .try_get::<Vec<u8>>("", "request_fingerprint")
+        .ok()
+        .and_then(|bytes| <[u8; 32]>::try_from(bytes).ok())
+        .map(RequestFingerprint::from_bytes)
+        .ok_or(corrupt("request_fingerprint"))?;
     let state: OperationState = text("state")?.parse().map_err(|_| corrupt("state"))?;
     let version = Version::from_stored(number("version")?).map_err(|_| corrupt("version"))?;
     let completed_at = optional_number("completed_at")?.map(from_millis);

@@ -57,6 +57,7 @@
 mod admin;
 mod connect;
 mod error;
+mod lean_row;
 mod ledger;
 mod migration;
 mod pooler;

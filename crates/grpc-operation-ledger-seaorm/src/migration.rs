@@ -1,10 +1,11 @@
 //! The ledger's schema, in a migrator of its own.
 //!
-//! The table's physical shape is decided in `docs/adr/0005-ledger-table-shape.md`: the three
-//! identity columns are the primary key (one index, checked by the database), the storage key is
-//! derived rather than stored, times are milliseconds since the Unix epoch by the database's
-//! clock, and a second index on `claimed_at` serves `purge` without touching the columns a
-//! transition changes, so that on PostgreSQL (fillfactor 80) a transition can be a HOT update.
+//! The first two migrations build the table of `docs/adr/0005-ledger-table-shape.md`: the three
+//! identity columns as the primary key, hashes as hex text. The third
+//! ([`lean_row`](crate::lean_row), `docs/adr/0018-the-lean-ledger-row.md`) rebuilds it, keeping
+//! its rows, on a 32-byte digest of the identity with the hashes as bytes. Times are
+//! milliseconds since the Unix epoch by the database's clock throughout, and an index on
+//! `claimed_at` serves `purge` without touching the columns a transition changes.
 
 use sea_orm::DbBackend;
 use sea_orm_migration::prelude::*;
@@ -42,6 +43,7 @@ pub fn ledger_migrations() -> Vec<Box<dyn MigrationTrait>> {
     vec![
         Box::new(CreateOperationLedger),
         Box::new(RefuseUnreplayableOutcomes),
+        Box::new(crate::lean_row::LeanLedgerRow),
     ]
 }
 
@@ -181,7 +183,7 @@ async fn migrate_once(db: &sea_orm::DatabaseConnection) -> Result<(), DbErr> {
 /// The advisory lock key the ledger's migrations serialise on (the bytes of "grpcledg").
 const MIGRATION_LOCK_KEY: i64 = 0x6772_7063_6c65_6467;
 
-struct CreateOperationLedger;
+pub(crate) struct CreateOperationLedger;
 
 impl MigrationName for CreateOperationLedger {
     fn name(&self) -> &str {
@@ -300,7 +302,7 @@ impl MigrationTrait for CreateOperationLedger {
 /// (PostgreSQL's `VARCHAR(1024)` counts characters, SQLite none at all). PostgreSQL adds CHECK constraints; SQLite cannot add a
 /// constraint to a table, so the same rules are triggers that abort the statement with a
 /// constraint error.
-struct RefuseUnreplayableOutcomes;
+pub(crate) struct RefuseUnreplayableOutcomes;
 
 impl MigrationName for RefuseUnreplayableOutcomes {
     fn name(&self) -> &str {

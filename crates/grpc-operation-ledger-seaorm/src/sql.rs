@@ -11,32 +11,43 @@ use std::sync::OnceLock;
 
 use sea_orm::DbBackend;
 
-/// The identity condition shared by every statement that names one row.
+/// The identity condition shared by every statement that names one row: `$1` is the identity's
+/// 32-byte digest (`GrpcOperationIdentity::storage_digest`), the table's primary key.
 macro_rules! identity_condition {
     () => {
-        "caller_fingerprint = $1 AND full_method_name = $2 AND idempotency_key_hash = $3"
+        "identity_digest = $1"
     };
 }
 
-/// Claim: one insert that can only insert. `$4` request fingerprint, `$5` lease in ms, `$6` the
-/// version's random salt. The fresh version is the store's clock shifted left by 20 bits plus the
+/// The columns an insert writes the identity into: `$1` the digest, `$2` the caller, `$3` the
+/// method, `$4` the key hash's bytes, `$5` the request fingerprint's bytes.
+macro_rules! identity_columns {
+    () => {
+        "identity_digest, caller_fingerprint, full_method_name, idempotency_key_hash, \
+         request_fingerprint"
+    };
+}
+
+/// Claim: one insert that can only insert. `$1`-`$5` the identity and request fingerprint
+/// (`identity_columns!`), `$6` lease in ms, `$7` the version's random salt. The fresh version is the store's clock shifted left by 20 bits plus the
 /// salt (`Version::fresh`), so it never repeats for an identity; it is returned only when the row
 /// was inserted. On PostgreSQL `{wait_bound}` also sets `lock_timeout` to `$7` for the rest of the
-/// transaction, before the insert can wait behind another unit's uncommitted claim: the bound
+/// transaction (`$8`), before the insert can wait behind another unit's uncommitted claim: the bound
 /// travels with the statement, so a connection pooler that drops startup parameters or hands
 /// out another server connection cannot lose it. (SQLite needs the `WHERE true` to tell the
 /// SELECT's end from the ON CONFLICT clause.)
-const CLAIM_INSERT: &str = "INSERT INTO grpc_operation_ledger \
-    (caller_fingerprint, full_method_name, idempotency_key_hash, request_fingerprint, \
-     state, version, claimed_at, lease_expires_at) \
-    SELECT $1, $2, $3, $4, 'IN_PROGRESS', clock.now * 1048576 + $6, clock.now, clock.now + $5 \
-    FROM (SELECT {now} AS now{wait_bound}) AS clock WHERE true \
-    ON CONFLICT (caller_fingerprint, full_method_name, idempotency_key_hash) DO NOTHING \
-    RETURNING version";
+const CLAIM_INSERT: &str = concat!(
+    "INSERT INTO grpc_operation_ledger (",
+    identity_columns!(),
+    ", state, version, claimed_at, lease_expires_at) \
+    SELECT $1, $2, $3, $4, $5, 'IN_PROGRESS', clock.now * 1048576 + $7, clock.now, \
+    clock.now + $6 FROM (SELECT {now} AS now{wait_bound}) AS clock WHERE true \
+    ON CONFLICT (identity_digest) DO NOTHING RETURNING version"
+);
 
 /// PostgreSQL: `lock_timeout` for the current transaction, evaluated before the insert (a volatile
 /// function in the subquery's output is never optimised away).
-const POSTGRES_WAIT_BOUND: &str = ", set_config('lock_timeout', $7, true) AS wait_bound";
+const POSTGRES_WAIT_BOUND: &str = ", set_config('lock_timeout', $8, true) AS wait_bound";
 
 /// PostgreSQL's claim in one round trip: the same insert-only claim, and, only when it inserted
 /// nothing, the existing row, read in the same statement. `inserted` says which. The read sees the
@@ -45,15 +56,14 @@ const POSTGRES_WAIT_BOUND: &str = ", set_config('lock_timeout', $7, true) AS wai
 /// and the adapter reads it separately (that race is the only second round trip).
 const POSTGRES_CLAIM_OR_READ: &str = concat!(
     "WITH clock AS MATERIALIZED (SELECT {now} AS now, \
-     set_config('lock_timeout', $7, true) AS wait_bound), \
-     ins AS (INSERT INTO grpc_operation_ledger \
-     (caller_fingerprint, full_method_name, idempotency_key_hash, request_fingerprint, \
-      state, version, claimed_at, lease_expires_at) \
-     SELECT $1, $2, $3, $4, 'IN_PROGRESS', clock.now * 1048576 + $6, clock.now, clock.now + $5 \
-     FROM clock \
-     ON CONFLICT (caller_fingerprint, full_method_name, idempotency_key_hash) DO NOTHING \
-     RETURNING version) \
-     SELECT TRUE AS inserted, ins.version, NULL::VARCHAR AS request_fingerprint, \
+     set_config('lock_timeout', $8, true) AS wait_bound), \
+     ins AS (INSERT INTO grpc_operation_ledger (",
+    identity_columns!(),
+    ", state, version, claimed_at, lease_expires_at) \
+     SELECT $1, $2, $3, $4, $5, 'IN_PROGRESS', clock.now * 1048576 + $7, clock.now, \
+     clock.now + $6 FROM clock \
+     ON CONFLICT (identity_digest) DO NOTHING RETURNING version) \
+     SELECT TRUE AS inserted, ins.version, NULL::BYTEA AS request_fingerprint, \
      NULL::VARCHAR AS state, NULL::BIGINT AS claimed_at, NULL::BIGINT AS lease_expires_at, \
      NULL::BIGINT AS completed_at, NULL::VARCHAR AS outcome_reference, \
      NULL::INTEGER AS failure_code, NULL::VARCHAR AS failure_message, \
@@ -67,23 +77,24 @@ const POSTGRES_CLAIM_OR_READ: &str = concat!(
 );
 
 /// Write-once record of a finished operation: one insert that can only insert, of the row as
-/// `record_finished` leaves it. `$4` request fingerprint, `$5` state (COMMITTED or
-/// FAILED_TERMINAL), `$6` the version's salt, `$7` PostgreSQL's wait bound (as the claim's),
-/// `$8` outcome reference, `$9`-`$11` failure code, message and details (NULL where the state has
-/// none). Claimed, leased and completed at the same instant of the store's clock.
-const RECORD_INSERT: &str = "INSERT INTO grpc_operation_ledger \
-    (caller_fingerprint, full_method_name, idempotency_key_hash, request_fingerprint, \
-     state, version, claimed_at, lease_expires_at, completed_at, outcome_reference, \
+/// `record_finished` leaves it. `$1`-`$5` the identity and request fingerprint, `$6` state
+/// (COMMITTED or FAILED_TERMINAL), `$7` the version's salt, `$8` PostgreSQL's wait bound (as the
+/// claim's), `$9` outcome reference, `$10`-`$12` failure code, message and details (NULL where
+/// the state has none). Claimed, leased and completed at the same instant of the store's clock.
+const RECORD_INSERT: &str = concat!(
+    "INSERT INTO grpc_operation_ledger (",
+    identity_columns!(),
+    ", state, version, claimed_at, lease_expires_at, completed_at, outcome_reference, \
      failure_code, failure_message, failure_details) \
-    SELECT $1, $2, $3, $4, $5, clock.now * 1048576 + $6, clock.now, clock.now, clock.now, \
-    $8, $9, $10, $11 \
+    SELECT $1, $2, $3, $4, $5, $6, clock.now * 1048576 + $7, clock.now, clock.now, clock.now, \
+    $9, $10, $11, $12 \
     FROM (SELECT {now} AS now{wait_bound}) AS clock WHERE true \
-    {on_conflict}RETURNING version";
+    {on_conflict}RETURNING version"
+);
 
 /// The insert's refusal of an existing identity, where the store has the clause (MariaDB refuses
 /// with 1062 instead, read as "not inserted").
-const ON_CONFLICT_DO_NOTHING: &str =
-    "ON CONFLICT (caller_fingerprint, full_method_name, idempotency_key_hash) DO NOTHING ";
+const ON_CONFLICT_DO_NOTHING: &str = "ON CONFLICT (identity_digest) DO NOTHING ";
 
 /// The row of one identity, with the store's clock.
 const SELECT_RECORD: &str = concat!(
@@ -94,46 +105,45 @@ const SELECT_RECORD: &str = concat!(
 );
 
 /// Fenced takeover of an expired lease: only from the version that was read, and only if the
-/// lease is still expired by the store's clock. `$4` old version, `$5` lease in ms.
+/// lease is still expired by the store's clock. `$2` old version, `$3` lease in ms.
 const TAKE_OVER: &str = concat!(
     "UPDATE grpc_operation_ledger SET version = version + 1, claimed_at = {now}, \
-     lease_expires_at = {now} + $5 WHERE ",
+     lease_expires_at = {now} + $3 WHERE ",
     identity_condition!(),
-    " AND state = 'IN_PROGRESS' AND version = $4 AND lease_expires_at <= {now}"
+    " AND state = 'IN_PROGRESS' AND version = $2 AND lease_expires_at <= {now}"
 );
 
-/// Transition to COMMITTED. `$4` owner's version, `$5` outcome reference.
+/// Transition to COMMITTED. `$2` owner's version, `$3` outcome reference.
 const MARK_COMMITTED: &str = concat!(
     "UPDATE grpc_operation_ledger SET state = 'COMMITTED', version = version + 1, \
-     completed_at = {now}, outcome_reference = $5 WHERE ",
+     completed_at = {now}, outcome_reference = $3 WHERE ",
     identity_condition!(),
-    " AND state = 'IN_PROGRESS' AND version = $4"
+    " AND state = 'IN_PROGRESS' AND version = $2"
 );
 
-/// Transition to FAILED_TERMINAL. `$4` owner's version, `$5` status code, `$6` message, `$7` the
+/// Transition to FAILED_TERMINAL. `$2` owner's version, `$3` status code, `$4` message, `$5` the
 /// status's binary details.
 const MARK_FAILED: &str = concat!(
     "UPDATE grpc_operation_ledger SET state = 'FAILED_TERMINAL', version = version + 1, \
-     completed_at = {now}, failure_code = $5, failure_message = $6, failure_details = $7 WHERE ",
+     completed_at = {now}, failure_code = $3, failure_message = $4, failure_details = $5 WHERE ",
     identity_condition!(),
-    " AND state = 'IN_PROGRESS' AND version = $4"
+    " AND state = 'IN_PROGRESS' AND version = $2"
 );
 
-/// Lease renewal by the owner: the lease ends `$5` ms from now by the store's clock, only at the
-/// owner's version `$4` and only in progress; the version stays, so the owner's transition still
+/// Lease renewal by the owner: the lease ends `$3` ms from now by the store's clock, only at the
+/// owner's version `$2` and only in progress; the version stays, so the owner's transition still
 /// names it. (No indexed column changes, so PostgreSQL can keep the update on the row's page.)
 const RENEW_LEASE: &str = concat!(
-    "UPDATE grpc_operation_ledger SET lease_expires_at = {now} + $5 WHERE ",
+    "UPDATE grpc_operation_ledger SET lease_expires_at = {now} + $3 WHERE ",
     identity_condition!(),
-    " AND state = 'IN_PROGRESS' AND version = $4"
+    " AND state = 'IN_PROGRESS' AND version = $2"
 );
 
 /// Deletes at most `$2` finished rows completed more than `$1` ms ago by the store's clock.
 /// `claimed_at <= completed_at` always holds, so the condition on `claimed_at` lets its index find
 /// the candidates.
 const PURGE: &str = "DELETE FROM grpc_operation_ledger \
-    WHERE (caller_fingerprint, full_method_name, idempotency_key_hash) IN ( \
-    SELECT caller_fingerprint, full_method_name, idempotency_key_hash \
+    WHERE identity_digest IN (SELECT identity_digest \
     FROM grpc_operation_ledger, (SELECT {now} - $1 AS cutoff) AS clock \
     WHERE claimed_at < clock.cutoff AND completed_at < clock.cutoff \
     AND state <> 'IN_PROGRESS' LIMIT $2)";
@@ -144,12 +154,13 @@ const PURGE: &str = "DELETE FROM grpc_operation_ledger \
 /// other row); MariaDB keeps the transaction after a refused statement. The bound on the wait
 /// behind another unit's uncommitted claim is a `SET STATEMENT max_statement_time` prefix the
 /// adapter adds (`innodb_lock_wait_timeout` has whole seconds only).
-const MYSQL_CLAIM_INSERT: &str = "INSERT INTO grpc_operation_ledger \
-    (caller_fingerprint, full_method_name, idempotency_key_hash, request_fingerprint, \
-     state, version, claimed_at, lease_expires_at) \
-    SELECT $1, $2, $3, $4, 'IN_PROGRESS', clock.now * 1048576 + $6, clock.now, clock.now + $5 \
-    FROM (SELECT {now} AS now) AS clock \
-    RETURNING version";
+const MYSQL_CLAIM_INSERT: &str = concat!(
+    "INSERT INTO grpc_operation_ledger (",
+    identity_columns!(),
+    ", state, version, claimed_at, lease_expires_at) \
+    SELECT $1, $2, $3, $4, $5, 'IN_PROGRESS', clock.now * 1048576 + $7, clock.now, \
+    clock.now + $6 FROM (SELECT {now} AS now) AS clock RETURNING version"
+);
 
 /// MariaDB/MySQL purge: a DELETE may not select from its own table or limit an `IN` subquery, but
 /// it may limit itself.
@@ -499,8 +510,8 @@ mod tests {
         }
         let values = |n: i64| (1..=n).map(sea_orm::Value::from).collect::<Vec<_>>();
         assert_eq!(
-            sql.claim_insert.values(values(6)),
-            [1i64, 2, 3, 4, 6, 5].map(sea_orm::Value::from).to_vec()
+            sql.claim_insert.values(values(7)),
+            [1i64, 2, 3, 4, 5, 7, 6].map(sea_orm::Value::from).to_vec()
         );
         assert_eq!(
             sql.purge.values(values(2)),

@@ -4,8 +4,10 @@
 mod common;
 
 use common::{Store, fresh};
+use grpc_core_api::GrpcOperationLedger;
 use grpc_operation_ledger_seaorm::{
-    LEDGER_TABLE, LedgerMigrator, MIGRATIONS_TABLE, ledger_migrations, migrate,
+    LEDGER_TABLE, LedgerMigrator, MIGRATIONS_TABLE, SeaOrmOperationLedger, ledger_migrations,
+    migrate,
 };
 use sea_orm::{ConnectionTrait, DbBackend, Statement};
 use sea_orm_migration::MigratorTrait;
@@ -58,7 +60,8 @@ async fn applied_migrations(db: &sea_orm::DatabaseConnection) -> usize {
 
 const H: &str = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
 
-fn insert(
+/// A row of the previous shape (the first two migrations: hashes as hex text), as raw SQL.
+fn previous_shape_insert(
     key_hash_suffix: &str,
     state: &str,
     version: i64,
@@ -77,8 +80,92 @@ fn insert(
     )
 }
 
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// `bytes` as a literal of `backend`'s SQL.
+fn bytes_literal(backend: DbBackend, bytes: &[u8]) -> String {
+    match backend {
+        DbBackend::Postgres => format!("decode('{}', 'hex')", hex(bytes)),
+        DbBackend::MySql => format!("UNHEX('{}')", hex(bytes)),
+        _ => format!("X'{}'", hex(bytes)),
+    }
+}
+
+/// The parts of a raw row of the lean shape that a case may spoil.
+struct RawIdentity {
+    digest: String,
+    key_hash: String,
+    request: String,
+}
+
+impl RawIdentity {
+    /// A row of caller `c`, method `/p.S/M`, a key hash ending in `suffix`, with its own digest.
+    fn of(backend: DbBackend, suffix: &str) -> Self {
+        let key_hash = format!("{}{suffix}", &H[..64 - suffix.len()]);
+        let identity = grpc_core_api::GrpcOperationIdentity::new(
+            grpc_core_api::CallerFingerprint::parse("c").unwrap(),
+            grpc_core_api::GrpcMethod::parse("/p.S/M").unwrap(),
+            grpc_core_api::IdempotencyKeyHash::from_hex(&key_hash).unwrap(),
+        );
+        let bytes = |text: &str| bytes_literal(backend, &hex_bytes(text));
+        Self {
+            digest: bytes_literal(backend, &identity.storage_digest()),
+            key_hash: bytes(&key_hash),
+            request: bytes(H),
+        }
+    }
+}
+
+fn hex_bytes(text: &str) -> Vec<u8> {
+    (0..text.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&text[i..i + 2], 16).unwrap())
+        .collect()
+}
+
+/// A row of the lean shape, as raw SQL.
+fn insert_raw(
+    row: &RawIdentity,
+    state: &str,
+    version: i64,
+    completed: &str,
+    outcome: &str,
+    code: &str,
+) -> String {
+    format!(
+        "INSERT INTO grpc_operation_ledger (identity_digest, caller_fingerprint, \
+         full_method_name, idempotency_key_hash, request_fingerprint, state, version, claimed_at, \
+         lease_expires_at, completed_at, outcome_reference, failure_code, failure_message) VALUES \
+         ({}, 'c', '/p.S/M', {}, {}, '{state}', {version}, 1, 2, {completed}, {outcome}, {code}, \
+         {msg})",
+        row.digest,
+        row.key_hash,
+        row.request,
+        msg = if code == "NULL" { "NULL" } else { "'m'" },
+    )
+}
+
 async fn check_constraints_refuse_bad_rows_written_by_raw_sql(store: Store) {
     let t = fresh(store).await;
+    let backend = t.db.get_database_backend();
+    let insert =
+        |suffix: &str, state: &str, version, completed: &str, outcome: &str, code: &str| {
+            insert_raw(
+                &RawIdentity::of(backend, suffix),
+                state,
+                version,
+                completed,
+                outcome,
+                code,
+            )
+        };
+    let spoiled = |spoil: fn(&mut RawIdentity, DbBackend)| {
+        let mut row = RawIdentity::of(backend, "30");
+        spoil(&mut row, backend);
+        insert_raw(&row, "IN_PROGRESS", 1, "NULL", "NULL", "NULL")
+    };
     let good = [
         insert("01", "IN_PROGRESS", 1, "NULL", "NULL", "NULL"),
         insert("02", "COMMITTED", 2, "3", "'payment-1'", "NULL"),
@@ -138,11 +225,30 @@ async fn check_constraints_refuse_bad_rows_written_by_raw_sql(store: Store) {
             "duplicate identity",
             insert("01", "IN_PROGRESS", 1, "NULL", "NULL", "NULL"),
         ),
+        (
+            "key hash as hex text",
+            spoiled(|row, _| row.key_hash = format!("'{H}'")),
+        ),
+        (
+            "request fingerprint of 31 bytes",
+            spoiled(|row, backend| row.request = bytes_literal(backend, &[7; 31])),
+        ),
     ];
     for (what, sql) in bad {
         let result = t.db.execute_unprepared(&sql).await;
         assert!(result.is_err(), "{what} was accepted on {store:?}");
     }
+    // A digest that is not the one of the row's own columns: PostgreSQL and MariaDB check it;
+    // SQLite has no SHA-256 in SQL, and its rows are written by the adapter alone.
+    let foreign_digest = spoiled(|row, backend| {
+        row.digest = RawIdentity::of(backend, "31").digest;
+    });
+    let result = t.db.execute_unprepared(&foreign_digest).await;
+    assert_eq!(
+        result.is_err(),
+        store != Store::Sqlite,
+        "a digest of other columns on {store:?}: {result:?}"
+    );
     let count =
         t.db.query_one_raw(Statement::from_string(
             t.db.get_database_backend(),
@@ -151,7 +257,11 @@ async fn check_constraints_refuse_bad_rows_written_by_raw_sql(store: Store) {
         .await
         .unwrap()
         .unwrap();
-    assert_eq!(count.try_get::<i64>("", "n").unwrap(), 3);
+    let accepted_foreign_digest = i64::from(store == Store::Sqlite);
+    assert_eq!(
+        count.try_get::<i64>("", "n").unwrap(),
+        3 + accepted_foreign_digest
+    );
 }
 
 /// A database created by the first migration, with a row in it, is upgraded in place: the row
@@ -162,10 +272,25 @@ async fn a_database_from_the_first_migration_upgrades_in_place(store: Store) {
     LedgerMigrator::up(&t.db, Some(1))
         .await
         .expect("first migration only");
-    let empty_outcome = insert("20", "COMMITTED", 2, "3", "''", "NULL");
-    t.db.execute_unprepared(&insert("21", "COMMITTED", 2, "3", "'payment-1'", "NULL"))
-        .await
-        .expect("a good row under the first migration");
+    let backend = t.db.get_database_backend();
+    let empty_outcome = insert_raw(
+        &RawIdentity::of(backend, "20"),
+        "COMMITTED",
+        2,
+        "3",
+        "''",
+        "NULL",
+    );
+    t.db.execute_unprepared(&previous_shape_insert(
+        "21",
+        "COMMITTED",
+        2,
+        "3",
+        "'payment-1'",
+        "NULL",
+    ))
+    .await
+    .expect("a good row under the first migration");
     migrate(&t.db).await.expect("upgrade");
     assert_eq!(applied_migrations(&t.db).await, ledger_migrations().len());
     assert!(
@@ -184,12 +309,313 @@ async fn a_database_from_the_first_migration_upgrades_in_place(store: Store) {
         row.try_get::<String>("", "outcome_reference").unwrap(),
         "payment-1"
     );
+    // The row is found where the adapter looks for it: under its identity's digest.
+    let identity = grpc_core_api::GrpcOperationIdentity::new(
+        grpc_core_api::CallerFingerprint::parse("c").unwrap(),
+        grpc_core_api::GrpcMethod::parse("/p.S/M").unwrap(),
+        grpc_core_api::IdempotencyKeyHash::from_hex(&format!("{}21", &H[..62])).unwrap(),
+    );
+    let found = SeaOrmOperationLedger::new(&t.db)
+        .find(&identity)
+        .await
+        .expect("a read")
+        .expect("the upgraded row");
+    assert_eq!(found.request_fingerprint.to_hex(), H);
+}
+
+/// The previous shape's row of `identity` at version 2, committed with outcome `outcome`, or in
+/// progress with a lease that ran out in 1970 when `outcome` is `None`: what the previous
+/// release wrote.
+fn previous_release_row(
+    identity: &grpc_core_api::GrpcOperationIdentity,
+    request: &grpc_core_api::RequestFingerprint,
+    outcome: Option<&str>,
+) -> String {
+    let (state, completed, outcome) = match outcome {
+        Some(outcome) => ("COMMITTED", "3", format!("'{outcome}'")),
+        None => ("IN_PROGRESS", "NULL", "NULL".to_owned()),
+    };
+    format!(
+        "('{}', '{}', '{}', '{}', '{state}', 2, 1, 60000, {completed}, {outcome})",
+        identity.caller().as_str(),
+        identity.method().as_str(),
+        identity.key_hash().to_hex(),
+        request.to_hex(),
+    )
+}
+
+const PREVIOUS_RELEASE_INSERT: &str = "INSERT INTO grpc_operation_ledger (caller_fingerprint, \
+     full_method_name, idempotency_key_hash, request_fingerprint, state, version, claimed_at, \
+     lease_expires_at, completed_at, outcome_reference) VALUES ";
+
+/// The third migration (the lean row) on a ledger of the previous shape that holds 10,000 rows
+/// and is in use while it runs:
+/// - replicas of the previous release go on claiming in the previous shape, and replicas of this
+///   one claim through the adapter; every claim of either is answered or refused within a bound
+///   (no claim hangs behind the migration), and every claim that was answered `Claimed` (or whose
+///   previous-shape insert committed) is in the lean table afterwards;
+/// - every row written before it is kept, under its identity's digest: a resend is replayed with
+///   its outcome, another request under its key is refused, an operation in progress whose lease
+///   ran out is taken over from its stored version.
+async fn the_lean_row_migration_keeps_every_row_of_a_ledger_in_use(store: Store) {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::{Duration, Instant};
+
+    use grpc_core_api::{ClaimOutcome, LedgerError, OperationState, RequestFingerprint};
+
+    let t = fresh(store).await;
+    LedgerMigrator::down(&t.db, None).await.expect("down");
+    LedgerMigrator::up(&t.db, Some(2))
+        .await
+        .expect("the previous shape");
+    let request = |n: usize| RequestFingerprint::from_bytes([(n % 251) as u8; 32]);
+    let seeded = |n: usize| common::identity("tenant-seeded", "/p.v1.S/Pay", &format!("seed-{n}"));
+    const SEEDED: usize = 10_000;
+    for batch in (0..SEEDED).collect::<Vec<_>>().chunks(500) {
+        let rows = batch
+            .iter()
+            .map(|&n| {
+                let outcome = format!("p-{n}");
+                previous_release_row(&seeded(n), &request(n), (n % 10 != 0).then_some(&*outcome))
+            })
+            .collect::<Vec<_>>()
+            .join(", ");
+        t.db.execute_unprepared(&format!("{PREVIOUS_RELEASE_INSERT}{rows}"))
+            .await
+            .expect("a previous-shape row");
+    }
+
+    // Longer than any claim may take: a claim wait (500 ms) and a margin for a loaded machine.
+    const ANSWER_BOUND: Duration = Duration::from_secs(10);
+    let migrated = Arc::new(AtomicBool::new(false));
+    let stop_after = Arc::new(std::sync::Mutex::new(None::<Instant>));
+    let previous_release_claims = (0..2)
+        .map(|task| {
+            let (db, stop_after) = (t.db.clone(), stop_after.clone());
+            tokio::spawn(async move {
+                let mut committed = Vec::new();
+                let mut refused = 0;
+                for n in 0.. {
+                    if stop_after.lock().unwrap().is_some_and(|at| Instant::now() > at) {
+                        break;
+                    }
+                    let identity =
+                        common::identity("tenant-previous", "/p.v1.S/Pay", &format!("{task}-{n}"));
+                    let row = previous_release_row(&identity, &request(n), Some("p"));
+                    let sql = match db.get_database_backend() {
+                        DbBackend::Postgres => format!(
+                            "SET LOCAL lock_timeout = '500ms'; {PREVIOUS_RELEASE_INSERT}{row}"
+                        ),
+                        DbBackend::MySql => format!(
+                            "SET STATEMENT max_statement_time=0.5 FOR {PREVIOUS_RELEASE_INSERT}{row}"
+                        ),
+                        _ => format!("{PREVIOUS_RELEASE_INSERT}{row}"),
+                    };
+                    let unit_of_work = async {
+                        use sea_orm::TransactionTrait;
+                        let unit = db.begin().await?;
+                        unit.execute_unprepared(&sql).await?;
+                        unit.commit().await
+                    };
+                    let result = tokio::time::timeout(ANSWER_BOUND, unit_of_work)
+                        .await
+                        .expect("a previous-release claim is answered or refused in bounded time");
+                    match result {
+                        Ok(()) => committed.push(identity),
+                        Err(_) => refused += 1,
+                    }
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+                (committed, refused)
+            })
+        })
+        .collect::<Vec<_>>();
+    let this_release_claims = (0..2)
+        .map(|task| {
+            let (db, stop_after, migrated) = (t.db.clone(), stop_after.clone(), migrated.clone());
+            tokio::spawn(async move {
+                let ledger =
+                    SeaOrmOperationLedger::new(&db).with_claim_wait(Duration::from_millis(500));
+                let (mut claimed, mut refused, mut claimed_after) = (Vec::new(), 0, 0);
+                for n in 0.. {
+                    if stop_after
+                        .lock()
+                        .unwrap()
+                        .is_some_and(|at| Instant::now() > at)
+                    {
+                        break;
+                    }
+                    let after = migrated.load(Ordering::SeqCst);
+                    let identity =
+                        common::identity("tenant-current", "/p.v1.S/Pay", &format!("{task}-{n}"));
+                    let result = tokio::time::timeout(
+                        ANSWER_BOUND,
+                        ledger.claim(&identity, &request(n), common::lease(30_000)),
+                    )
+                    .await
+                    .expect("a claim is answered or refused in bounded time");
+                    match result {
+                        Ok(ClaimOutcome::Claimed { .. }) => {
+                            claimed_after += usize::from(after);
+                            claimed.push(identity);
+                        }
+                        Ok(other) => panic!("a fresh key answered {other:?}"),
+                        Err(_) => refused += 1,
+                    }
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+                (claimed, refused, claimed_after)
+            })
+        })
+        .collect::<Vec<_>>();
+
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    migrate(&t.db).await.expect("the lean-row migration");
+    migrated.store(true, Ordering::SeqCst);
+    *stop_after.lock().unwrap() = Some(Instant::now() + Duration::from_millis(500));
+    assert_eq!(applied_migrations(&t.db).await, ledger_migrations().len());
+
+    let ledger = SeaOrmOperationLedger::new(&t.db);
+    let mut kept = 0;
+    for task in previous_release_claims {
+        let (committed, refused) = task.await.unwrap();
+        eprintln!(
+            "{store:?}: previous release: {} committed, {refused} refused",
+            committed.len()
+        );
+        for identity in committed {
+            let found = ledger.find(&identity).await.unwrap();
+            assert!(
+                found.is_some(),
+                "a previous-release claim that committed is kept"
+            );
+            kept += 1;
+        }
+    }
+    let mut claimed_after = 0;
+    for task in this_release_claims {
+        let (claimed, refused, after) = task.await.unwrap();
+        eprintln!(
+            "{store:?}: this release: {} claimed ({after} after the migration), {refused} refused",
+            claimed.len()
+        );
+        claimed_after += after;
+        for identity in claimed {
+            let found = ledger
+                .find(&identity)
+                .await
+                .unwrap()
+                .expect("an answered claim is kept");
+            assert_eq!(found.state(), OperationState::InProgress);
+        }
+    }
+    assert!(
+        kept > 0,
+        "the previous release claimed before the migration"
+    );
+    assert!(
+        claimed_after > 0,
+        "this release's claims are answered once the migration is done"
+    );
+
+    for n in (0..SEEDED).step_by(97) {
+        let answer = ledger
+            .claim(&seeded(n), &request(n), common::lease(30_000))
+            .await
+            .unwrap();
+        match (n % 10 == 0, answer) {
+            (false, ClaimOutcome::Completed(record)) => {
+                assert_eq!(
+                    record.outcome_reference().map(|o| o.as_str().to_owned()),
+                    Some(format!("p-{n}"))
+                );
+            }
+            // Its lease (to 1970) has run out: the resend takes it over from its stored version.
+            (
+                true,
+                ClaimOutcome::Claimed {
+                    version,
+                    took_over: true,
+                },
+            ) => {
+                assert_eq!(version.to_stored(), 3);
+            }
+            (_, other) => panic!("seeded row {n} answered {other:?}"),
+        }
+        assert!(matches!(
+            ledger
+                .claim(&seeded(n), &request(n + 1), common::lease(30_000))
+                .await,
+            Err(LedgerError::KeyReusedWithDifferentRequest)
+        ));
+    }
+    let rows =
+        t.db.query_one_raw(Statement::from_string(
+            t.db.get_database_backend(),
+            "SELECT COUNT(*) AS n FROM grpc_operation_ledger WHERE caller_fingerprint = 'tenant-seeded'",
+        ))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(rows.try_get::<i64>("", "n").unwrap(), SEEDED as i64);
+}
+
+/// A row the adapter never writes (a key hash that is not hex) stops the lean-row migration with
+/// its count, and nothing changes: the previous shape and its rows stay.
+async fn the_lean_row_migration_refuses_rows_it_cannot_convert(store: Store) {
+    let t = fresh(store).await;
+    LedgerMigrator::down(&t.db, None).await.expect("down");
+    LedgerMigrator::up(&t.db, Some(2))
+        .await
+        .expect("the previous shape");
+    t.db.execute_unprepared(&previous_shape_insert(
+        "01",
+        "COMMITTED",
+        2,
+        "3",
+        "'p'",
+        "NULL",
+    ))
+    .await
+    .unwrap();
+    t.db.execute_unprepared(&previous_shape_insert(
+        "XY",
+        "COMMITTED",
+        2,
+        "3",
+        "'p'",
+        "NULL",
+    ))
+    .await
+    .unwrap();
+    let refused = migrate(&t.db)
+        .await
+        .expect_err("a row that has no byte form");
+    assert!(
+        refused
+            .to_string()
+            .contains("1 ledger rows have a key hash"),
+        "{refused}"
+    );
+    assert_eq!(applied_migrations(&t.db).await, 2);
+    let rows =
+        t.db.query_one_raw(Statement::from_string(
+            t.db.get_database_backend(),
+            "SELECT COUNT(*) AS n FROM grpc_operation_ledger",
+        ))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(rows.try_get::<i64>("", "n").unwrap(), 2);
 }
 
 on_both_stores!(
     migrations_apply_twice_harmlessly_and_revert,
     check_constraints_refuse_bad_rows_written_by_raw_sql,
     a_database_from_the_first_migration_upgrades_in_place,
+    the_lean_row_migration_keeps_every_row_of_a_ledger_in_use,
+    the_lean_row_migration_refuses_rows_it_cannot_convert,
 );
 
 /// A migration applied to a PostgreSQL ledger in use, behind a unit of work that runs for
@@ -215,12 +641,14 @@ async fn a_migration_behind_a_long_unit_never_holds_claims_past_their_wait() {
         format!(
             "INSERT INTO grpc_operation_ledger (caller_fingerprint, full_method_name, \
              idempotency_key_hash, request_fingerprint, state, version, claimed_at, \
-             lease_expires_at) VALUES ('caller', '/pkg.Svc/Pay', '{key}', 'request', \
+             lease_expires_at) VALUES ('caller', '/pkg.Svc/Pay', '{key}', '{H}', \
              'IN_PROGRESS', 1, 0, 60000)"
         )
     };
     let long = t.db.begin().await.unwrap();
-    long.execute_unprepared(&claim_row("held")).await.unwrap();
+    long.execute_unprepared(&claim_row(&format!("{:064x}", u64::MAX)))
+        .await
+        .unwrap();
 
     let db = t.db.clone();
     let migration = tokio::spawn(async move { migrate(&db).await });
@@ -235,7 +663,7 @@ async fn a_migration_behind_a_long_unit_never_holds_claims_past_their_wait() {
                     let claim = unit
                         .execute_unprepared(&format!(
                             "SET LOCAL lock_timeout = '500ms'; {}",
-                            claim_row(&format!("k-{task}-{answered}"))
+                            claim_row(&format!("{:064x}", ((task as u64) << 32) | answered as u64))
                         ))
                         .await;
                     assert!(

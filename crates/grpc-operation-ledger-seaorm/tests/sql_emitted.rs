@@ -124,9 +124,7 @@ async fn claim_emits_one_insert_on_conflict_and_never_an_update_on_the_insert_pa
         // A plain insert: the duplicate is refused (1062), never ignored or updated.
         assert!(!insert.contains("IGNORE") && !insert.contains("DUPLICATE"));
     } else {
-        assert!(insert.contains(
-            "ON CONFLICT (caller_fingerprint, full_method_name, idempotency_key_hash) DO NOTHING"
-        ));
+        assert!(insert.contains("ON CONFLICT (identity_digest) DO NOTHING"));
     }
     assert!(!insert.contains("UPDATE"));
 
@@ -191,7 +189,7 @@ async fn postgres_statements_use_the_whole_primary_key() {
         .unwrap();
     let mut checked = 0;
     for (sql, values) in statements {
-        if !sql.contains("WHERE caller_fingerprint = $1") {
+        if !sql.contains("WHERE identity_digest = $1") {
             continue;
         }
         let plan = txn
@@ -208,7 +206,7 @@ async fn postgres_statements_use_the_whole_primary_key() {
             .join("\n");
         let hash_in = |prefix: &str| {
             plan.lines().any(|line| {
-                line.trim_start().starts_with(prefix) && line.contains("idempotency_key_hash")
+                line.trim_start().starts_with(prefix) && line.contains("identity_digest")
             })
         };
         assert!(

@@ -305,14 +305,22 @@ impl LedgerStore for SeaOrmStore {
         static ROWS: AtomicU64 = AtomicU64::new(0);
         let n = ROWS.fetch_add(1, Ordering::Relaxed);
         let db = &self.test_db.direct;
-        let sql = "INSERT INTO grpc_operation_ledger (caller_fingerprint, full_method_name, \
-             idempotency_key_hash, request_fingerprint, state, version, claimed_at, \
-             lease_expires_at, completed_at, outcome_reference, failure_code, failure_message) \
-             VALUES ('raw', '/raw.v1.Rows/Write', $1, $2, $3, 1, 1, 2, $4, $5, $6, $7)";
+        let sql = "INSERT INTO grpc_operation_ledger (identity_digest, caller_fingerprint, \
+             full_method_name, idempotency_key_hash, request_fingerprint, state, version, \
+             claimed_at, lease_expires_at, completed_at, outcome_reference, failure_code, \
+             failure_message) \
+             VALUES ($1, 'raw', '/raw.v1.Rows/Write', $2, $3, $4, 1, 1, 2, $5, $6, $7, $8)";
         let sql = in_dialect(db.get_database_backend(), sql).expect("a supported store");
+        let key_hash = grpc_core_api::IdempotencyKeyHash::from_hex(&format!("{n:064x}")).unwrap();
+        let identity = grpc_core_api::GrpcOperationIdentity::new(
+            grpc_core_api::CallerFingerprint::parse("raw").unwrap(),
+            grpc_core_api::GrpcMethod::parse("/raw.v1.Rows/Write").unwrap(),
+            key_hash,
+        );
         let values: Vec<sea_orm::Value> = vec![
-            format!("{n:064x}").into(),
-            "a".repeat(64).into(),
+            identity.storage_digest().to_vec().into(),
+            key_hash.as_bytes().to_vec().into(),
+            vec![0xaa_u8; 32].into(),
             row.state.into(),
             row.completed.then_some(3i64).into(),
             row.outcome_reference.map(str::to_owned).into(),
