@@ -124,17 +124,14 @@ async fn raw_op(pool: &sqlx::PgPool, caller: usize, key: &str) -> Result<()> {
     let [(_, claim), _, _, (_, commit), ..] =
         statements(DbBackend::Postgres).context("PostgreSQL")?;
     let id = identity(caller, key);
-    let (who, method, hash) = (
-        id.caller().as_str(),
-        id.method().as_str(),
-        id.key_hash().to_hex(),
-    );
+    let digest = id.storage_digest().to_vec();
     let mut tx = pool.begin().await?;
     let version: Option<i64> = sqlx::query_scalar(claim)
-        .bind(who)
-        .bind(method)
-        .bind(&hash)
-        .bind(RequestFingerprint::of(key.as_bytes()).to_hex())
+        .bind(&digest)
+        .bind(id.caller().as_str())
+        .bind(id.method().as_str())
+        .bind(id.key_hash().as_bytes().as_slice())
+        .bind(RequestFingerprint::of(key.as_bytes()).as_bytes().as_slice())
         .bind(lease().as_millis())
         .bind(i32::from(Version::random_salt()))
         .bind(CLAIM_WAIT_SETTING)
@@ -149,9 +146,7 @@ async fn raw_op(pool: &sqlx::PgPool, caller: usize, key: &str) -> Result<()> {
         .execute(&mut *tx)
         .await?;
     sqlx::query(commit)
-        .bind(who)
-        .bind(method)
-        .bind(&hash)
+        .bind(&digest)
         .bind(version)
         .bind(key)
         .execute(&mut *tx)

@@ -158,9 +158,6 @@ const SHARED_COLUMNS: &str = "caller_fingerprint, full_method_name, state, versi
      lease_expires_at, completed_at, outcome_reference, failure_code, failure_message, \
      failure_details";
 
-const CLAIMED_AT_INDEX: &str = "CREATE INDEX ix_grpc_operation_ledger_claimed_at \
-     ON grpc_operation_ledger (claimed_at)";
-
 /// The lean table's DDL for `backend`, named `table`.
 fn lean_table(backend: DbBackend, table: &str) -> Result<String, DbErr> {
     let template = match backend {
@@ -336,7 +333,7 @@ async fn upgrade(manager: &SchemaManager<'_>) -> Result<(), DbErr> {
                 "DROP INDEX IF EXISTS ix_grpc_operation_ledger_claimed_at",
             )
             .await?;
-            copy_into_lean(db, PREVIOUS_TABLE).await?;
+            copy_into_lean(db, PREVIOUS_TABLE, LEDGER_TABLE).await?;
         }
         DbBackend::Sqlite => {
             // The migration's `BEGIN IMMEDIATE` already holds the database's write lock.
@@ -360,31 +357,35 @@ async fn upgrade(manager: &SchemaManager<'_>) -> Result<(), DbErr> {
                 &format!("ALTER TABLE {LEDGER_TABLE} RENAME TO {PREVIOUS_TABLE}"),
             )
             .await?;
-            copy_into_lean(db, PREVIOUS_TABLE).await?;
+            copy_into_lean(db, PREVIOUS_TABLE, LEDGER_TABLE).await?;
         }
         // Each step commits on its own: find where a start that died left off.
+        // Each step commits on its own, so no claim may find a ledger table while rows are in
+        // flight (a resend would be claimed afresh beside its committed row): the ledger's name
+        // is away from the first rename to the last, and a claim meanwhile fails at once. A
+        // start that died is carried on from where the tables show it stopped.
         DbBackend::MySql => {
-            let ledger = shape_of(db, LEDGER_TABLE).await?;
-            match (ledger, shape_of(db, PREVIOUS_TABLE).await?) {
-                (Shape::Previous, Shape::Absent) => {
-                    refuse_unconvertible_rows(db, LEDGER_TABLE).await?;
-                    run(
-                        db,
-                        &format!("RENAME TABLE {LEDGER_TABLE} TO {PREVIOUS_TABLE}"),
-                    )
-                    .await?;
-                    copy_into_lean(db, PREVIOUS_TABLE).await?;
+            if shape_of(db, LEDGER_TABLE).await? == Shape::Previous
+                && shape_of(db, PREVIOUS_TABLE).await? == Shape::Absent
+            {
+                refuse_unconvertible_rows(db, LEDGER_TABLE).await?;
+                run(
+                    db,
+                    &format!("RENAME TABLE {LEDGER_TABLE} TO {PREVIOUS_TABLE}"),
+                )
+                .await?;
+            }
+            match (
+                shape_of(db, LEDGER_TABLE).await?,
+                shape_of(db, PREVIOUS_TABLE).await?,
+            ) {
+                (Shape::Absent, Shape::Previous) => {
+                    // A copy that died part-way is started again from the rows set aside.
+                    run(db, &format!("DROP TABLE IF EXISTS {LEAN_TABLE}")).await?;
+                    copy_into_lean(db, PREVIOUS_TABLE, LEAN_TABLE).await?;
+                    run(db, &format!("RENAME TABLE {LEAN_TABLE} TO {LEDGER_TABLE}")).await?;
                 }
-                // Died after moving the rows aside: they are all still there.
-                (Shape::Absent, Shape::Previous) => copy_into_lean(db, PREVIOUS_TABLE).await?,
-                // Died during the copy (a statement InnoDB rolled back) or after it.
-                (Shape::Lean, Shape::Previous) => {
-                    if !copy_finished(db).await? {
-                        run(db, &format!("DROP TABLE {LEDGER_TABLE}")).await?;
-                        copy_into_lean(db, PREVIOUS_TABLE).await?;
-                    }
-                }
-                (Shape::Lean, Shape::Absent) => {}
+                (Shape::Lean, _) => {}
                 (ledger, previous) => {
                     return Err(DbErr::Migration(format!(
                         "the ledger's tables are in no state this migration leaves them in \
@@ -464,20 +465,20 @@ async fn revert(manager: &SchemaManager<'_>) -> Result<(), DbErr> {
     run(db, &format!("DROP TABLE {LEAN_TABLE}")).await
 }
 
-/// Whether a MariaDB copy that was under way finished: the lean table holds as many rows as the
-/// previous one.
-async fn copy_finished(db: &SchemaManagerConnection<'_>) -> Result<bool, DbErr> {
-    Ok(
-        count(db, &format!("SELECT COUNT(*) FROM {LEDGER_TABLE}")).await?
-            == count(db, &format!("SELECT COUNT(*) FROM {PREVIOUS_TABLE}")).await?,
-    )
-}
-
-/// Creates the lean table and its `claimed_at` index, and copies every row of `previous` into it.
-async fn copy_into_lean(db: &SchemaManagerConnection<'_>, previous: &str) -> Result<(), DbErr> {
+/// Creates the lean table `into` and its `claimed_at` index, and copies every row of `previous`
+/// into it.
+async fn copy_into_lean(
+    db: &SchemaManagerConnection<'_>,
+    previous: &str,
+    into: &str,
+) -> Result<(), DbErr> {
     let backend = db.get_database_backend();
-    run(db, &lean_table(backend, LEDGER_TABLE)?).await?;
-    run(db, CLAIMED_AT_INDEX).await?;
+    run(db, &lean_table(backend, into)?).await?;
+    run(
+        db,
+        &format!("CREATE INDEX ix_grpc_operation_ledger_claimed_at ON {into} (claimed_at)"),
+    )
+    .await?;
     let columns =
         format!("identity_digest, idempotency_key_hash, request_fingerprint, {SHARED_COLUMNS}");
     match backend {
@@ -485,7 +486,7 @@ async fn copy_into_lean(db: &SchemaManagerConnection<'_>, previous: &str) -> Res
             run(
                 db,
                 &format!(
-                    "INSERT INTO {LEDGER_TABLE} ({columns}) SELECT sha256(convert_to(\
+                    "INSERT INTO {into} ({columns}) SELECT sha256(convert_to(\
                      caller_fingerprint || '|' || full_method_name || '|' || idempotency_key_hash, \
                      'UTF8')), decode(idempotency_key_hash, 'hex'), \
                      decode(request_fingerprint, 'hex'), {SHARED_COLUMNS} FROM {previous}"
@@ -497,7 +498,7 @@ async fn copy_into_lean(db: &SchemaManagerConnection<'_>, previous: &str) -> Res
             run(
                 db,
                 &format!(
-                    "INSERT INTO {LEDGER_TABLE} ({columns}) SELECT UNHEX(SHA2(CONCAT(\
+                    "INSERT INTO {into} ({columns}) SELECT UNHEX(SHA2(CONCAT(\
                      CAST(caller_fingerprint AS BINARY), '|', CAST(full_method_name AS BINARY), \
                      '|', CAST(idempotency_key_hash AS BINARY)), 256)), \
                      UNHEX(idempotency_key_hash), UNHEX(request_fingerprint), {SHARED_COLUMNS} \
@@ -508,7 +509,7 @@ async fn copy_into_lean(db: &SchemaManagerConnection<'_>, previous: &str) -> Res
         }
         // No SHA-256 in SQLite's SQL: the digests are computed here, a batch at a time, in
         // the migration's transaction.
-        _ => copy_computing_digests(db, previous, &columns).await,
+        _ => copy_computing_digests(db, previous, into, &columns).await,
     }
 }
 
@@ -518,6 +519,7 @@ const SQLITE_COPY_BATCH: i64 = 500;
 async fn copy_computing_digests(
     db: &SchemaManagerConnection<'_>,
     previous: &str,
+    into: &str,
     columns: &str,
 ) -> Result<(), DbErr> {
     use grpc_core_api::{CallerFingerprint, GrpcMethod, GrpcOperationIdentity, IdempotencyKeyHash};
@@ -527,7 +529,7 @@ async fn copy_computing_digests(
         .map(|n| format!("?{n}"))
         .collect::<Vec<_>>()
         .join(", ");
-    let insert = format!("INSERT INTO {LEDGER_TABLE} ({columns}) VALUES ({placeholders})");
+    let insert = format!("INSERT INTO {into} ({columns}) VALUES ({placeholders})");
     let bad = |what: &str| DbErr::Migration(format!("a ledger row has a bad {what}"));
     let mut after: Option<(String, String, String)> = None;
     loop {

@@ -463,6 +463,21 @@ async fn the_lean_row_migration_keeps_every_row_of_a_ledger_in_use(store: Store)
                         Ok(other) => panic!("a fresh key answered {other:?}"),
                         Err(_) => refused += 1,
                     }
+                    // A resend of an operation committed before the migration is replayed or
+                    // refused, whenever it arrives: never claimed afresh.
+                    let resent = (task * 5003 + n * 13) % SEEDED;
+                    if !resent.is_multiple_of(10) {
+                        let answer = tokio::time::timeout(
+                            ANSWER_BOUND,
+                            ledger.claim(&seeded(resent), &request(resent), common::lease(30_000)),
+                        )
+                        .await
+                        .expect("a resend is answered or refused in bounded time");
+                        assert!(
+                            !matches!(answer, Ok(ClaimOutcome::Claimed { .. })),
+                            "seeded operation {resent}, committed, was claimed afresh"
+                        );
+                    }
                     tokio::time::sleep(Duration::from_millis(5)).await;
                 }
                 (claimed, refused, claimed_after)
