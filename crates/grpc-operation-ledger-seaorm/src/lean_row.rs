@@ -4,7 +4,7 @@
 //! What changes, and why:
 //! - **One fixed-size unique key.** The primary key is `identity_digest`, the SHA-256 of
 //!   `caller|method|key hash in hex` ([`GrpcOperationIdentity::storage_digest`]), instead of the
-//!   three text columns: its index entries are a fifth the size. The three columns stay, for
+//!   three text columns: its index entries are about a quarter the size. The three columns stay, for
 //!   reading. PostgreSQL and MariaDB also check, in a CHECK constraint, that every row's digest is
 //!   the one of its own columns, so the unique digest is the unique identity there for rows
 //!   written by anything; SQLite has no SHA-256 in SQL and cannot.
@@ -13,16 +13,21 @@
 //! - **Fixed-size columns first** (PostgreSQL), so no padding sits between them.
 //! - **No fillfactor below 100.** A transition is heap-only without it (ADR 0017).
 //!
-//! The migration keeps every row. On PostgreSQL and SQLite it runs in the migration's one
-//! transaction, which holds the table for the copy (a claim waits its own bound behind it, then is
-//! answered or refused); MariaDB commits DDL on its own, so there each step can be run again
-//! after a crash, and the table is away while its rows are copied (a claim then fails at once).
+//! The migration keeps every row, in both directions. On PostgreSQL and SQLite a step runs in one
+//! transaction that holds the table for the copy (a claim waits its own bound behind it, then is
+//! answered or refused). MariaDB commits DDL on its own, so there the rows are copied into a table
+//! of a third name that is renamed into place, the ledger's name away meanwhile (a claim then
+//! fails at once), and a start that died is carried on from where the tables show it stopped. A
+//! step finds a table already in its target shape and leaves it alone.
 //! A row whose key hash or request fingerprint is not 64 lower-case hex digits (written by hand:
 //! the adapter never writes one) stops the migration with its count before anything changes.
 //!
 //! [`GrpcOperationIdentity::storage_digest`]: grpc_core_api::GrpcOperationIdentity::storage_digest
 
-use sea_orm::{ConnectionTrait, DbBackend, Statement, Value};
+use sea_orm::{
+    ConnectionTrait, DbBackend, SqliteTransactionMode, Statement, TransactionOptions,
+    TransactionTrait, Value,
+};
 use sea_orm_migration::prelude::*;
 
 use crate::migration::{CreateOperationLedger, LEDGER_TABLE, RefuseUnreplayableOutcomes};
@@ -286,10 +291,12 @@ impl MigrationTrait for LeanLedgerRow {
     }
 }
 
-/// Runs `step` on `manager`, on SQLite in a transaction of its own. sea-orm-migration runs a
-/// SQLite migration on the pool, a statement at a time, when it is not given a transaction
-/// (`LedgerMigrator::up` or `down` on a pool): one pooled connection could then still read the
-/// schema from before another's rename, and recreate nothing where it should.
+/// Runs `step` on `manager`, on SQLite in a transaction of its own that holds the write lock
+/// from its start (`BEGIN IMMEDIATE`, a savepoint inside [`migrate`](crate::migrate)'s). Given a
+/// pool rather than a transaction (`LedgerMigrator::up` or `down` on a pool), sea-orm-migration
+/// runs a SQLite migration a statement at a time on whichever pooled connection is free: one
+/// connection could then still read the schema from before another's rename and recreate
+/// nothing where it should, and another writer could come between the steps.
 async fn on_one_sqlite_connection<F>(manager: &SchemaManager<'_>, step: F) -> Result<(), DbErr>
 where
     F: for<'a> FnOnce(
@@ -301,8 +308,12 @@ where
     if manager.get_database_backend() != DbBackend::Sqlite {
         return step(manager).await;
     }
-    let unit = manager.begin().await?;
-    step(&unit).await?;
+    let options = TransactionOptions {
+        sqlite_transaction_mode: Some(SqliteTransactionMode::Immediate),
+        ..TransactionOptions::default()
+    };
+    let unit = manager.get_connection().begin_with_options(options).await?;
+    step(&SchemaManager::new(&unit)).await?;
     unit.commit().await
 }
 
@@ -317,6 +328,9 @@ async fn upgrade(manager: &SchemaManager<'_>) -> Result<(), DbErr> {
                 &format!("LOCK TABLE {LEDGER_TABLE} IN ACCESS EXCLUSIVE MODE"),
             )
             .await?;
+            if shape_of(db, LEDGER_TABLE).await? == Shape::Lean {
+                return Ok(());
+            }
             refuse_unconvertible_rows(db, LEDGER_TABLE).await?;
             run(
                 db,
@@ -336,7 +350,10 @@ async fn upgrade(manager: &SchemaManager<'_>) -> Result<(), DbErr> {
             copy_into_lean(db, PREVIOUS_TABLE, LEDGER_TABLE).await?;
         }
         DbBackend::Sqlite => {
-            // The migration's `BEGIN IMMEDIATE` already holds the database's write lock.
+            // The step's `BEGIN IMMEDIATE` already holds the database's write lock.
+            if shape_of(db, LEDGER_TABLE).await? == Shape::Lean {
+                return Ok(());
+            }
             refuse_unconvertible_rows(db, LEDGER_TABLE).await?;
             for event in ["insert", "update"] {
                 run(
@@ -359,7 +376,6 @@ async fn upgrade(manager: &SchemaManager<'_>) -> Result<(), DbErr> {
             .await?;
             copy_into_lean(db, PREVIOUS_TABLE, LEDGER_TABLE).await?;
         }
-        // Each step commits on its own: find where a start that died left off.
         // Each step commits on its own, so no claim may find a ledger table while rows are in
         // flight (a resend would be claimed afresh beside its committed row): the ledger's name
         // is away from the first rename to the last, and a claim meanwhile fails at once. A
@@ -402,7 +418,11 @@ async fn upgrade(manager: &SchemaManager<'_>) -> Result<(), DbErr> {
 }
 
 /// Copies the rows back into the previous shape (hashes as hex again); no digest is needed, so
-/// every store does it in SQL.
+/// every store does it in SQL. A ledger already in the previous shape is left as it is (a revert
+/// that committed but was not recorded as reverted). On PostgreSQL and SQLite it runs in one
+/// transaction that holds the table, as the upgrade does. MariaDB commits each step on its own,
+/// so there the rows are copied into a table of a third name and renamed into place, the
+/// ledger's name away meanwhile, and a start that died is carried on from where it stopped.
 async fn revert(manager: &SchemaManager<'_>) -> Result<(), DbErr> {
     let db = manager.get_connection();
     let backend = manager.get_database_backend();
@@ -411,6 +431,14 @@ async fn revert(manager: &SchemaManager<'_>) -> Result<(), DbErr> {
         DbBackend::MySql => format!("LOWER(HEX({column}))"),
         _ => format!("lower(hex({column}))"),
     };
+    let copy_back = |into: &str| {
+        format!(
+            "INSERT INTO {into} (idempotency_key_hash, request_fingerprint, {SHARED_COLUMNS}) \
+             SELECT {}, {}, {SHARED_COLUMNS} FROM {LEAN_TABLE}",
+            hex("idempotency_key_hash"),
+            hex("request_fingerprint")
+        )
+    };
     match backend {
         DbBackend::Postgres => {
             run(
@@ -418,6 +446,9 @@ async fn revert(manager: &SchemaManager<'_>) -> Result<(), DbErr> {
                 &format!("LOCK TABLE {LEDGER_TABLE} IN ACCESS EXCLUSIVE MODE"),
             )
             .await?;
+            if shape_of(db, LEDGER_TABLE).await? == Shape::Previous {
+                return Ok(());
+            }
             run(
                 db,
                 &format!("ALTER TABLE {LEDGER_TABLE} RENAME TO {LEAN_TABLE}"),
@@ -435,9 +466,42 @@ async fn revert(manager: &SchemaManager<'_>) -> Result<(), DbErr> {
             .await?;
         }
         DbBackend::MySql => {
-            run(db, &format!("RENAME TABLE {LEDGER_TABLE} TO {LEAN_TABLE}")).await?;
+            if shape_of(db, LEDGER_TABLE).await? == Shape::Lean
+                && shape_of(db, LEAN_TABLE).await? == Shape::Absent
+            {
+                run(db, &format!("RENAME TABLE {LEDGER_TABLE} TO {LEAN_TABLE}")).await?;
+            }
+            match (
+                shape_of(db, LEDGER_TABLE).await?,
+                shape_of(db, LEAN_TABLE).await?,
+            ) {
+                (Shape::Absent, Shape::Lean) => {
+                    // A copy that died part-way is started again from the rows set aside.
+                    run(db, &format!("DROP TABLE IF EXISTS {PREVIOUS_TABLE}")).await?;
+                    for statement in crate::migration::mysql_previous_shape(PREVIOUS_TABLE) {
+                        run(db, &statement).await?;
+                    }
+                    run(db, &copy_back(PREVIOUS_TABLE)).await?;
+                    run(
+                        db,
+                        &format!("RENAME TABLE {PREVIOUS_TABLE} TO {LEDGER_TABLE}"),
+                    )
+                    .await?;
+                }
+                (Shape::Previous, _) => {}
+                (ledger, lean) => {
+                    return Err(DbErr::Migration(format!(
+                        "the ledger's tables are in no state this migration's revert leaves \
+                         them in ({LEDGER_TABLE}: {ledger:?}, {LEAN_TABLE}: {lean:?})"
+                    )));
+                }
+            }
+            return run(db, &format!("DROP TABLE IF EXISTS {LEAN_TABLE}")).await;
         }
         _ => {
+            if shape_of(db, LEDGER_TABLE).await? == Shape::Previous {
+                return Ok(());
+            }
             run(
                 db,
                 "DROP INDEX IF EXISTS ix_grpc_operation_ledger_claimed_at",
@@ -452,16 +516,7 @@ async fn revert(manager: &SchemaManager<'_>) -> Result<(), DbErr> {
     }
     CreateOperationLedger.up(manager).await?;
     RefuseUnreplayableOutcomes.up(manager).await?;
-    run(
-        db,
-        &format!(
-            "INSERT INTO {LEDGER_TABLE} (idempotency_key_hash, request_fingerprint, \
-             {SHARED_COLUMNS}) SELECT {}, {}, {SHARED_COLUMNS} FROM {LEAN_TABLE}",
-            hex("idempotency_key_hash"),
-            hex("request_fingerprint")
-        ),
-    )
-    .await?;
+    run(db, &copy_back(LEDGER_TABLE)).await?;
     run(db, &format!("DROP TABLE {LEAN_TABLE}")).await
 }
 

@@ -244,6 +244,27 @@ const TABLE_CONSTRAINTS: &str = "
 const CLAIMED_AT_INDEX: &str = "CREATE INDEX IF NOT EXISTS ix_grpc_operation_ledger_claimed_at \
      ON grpc_operation_ledger (claimed_at)";
 
+/// The first migration's table on MariaDB/MySQL, named `table`. InnoDB clusters the rows on the
+/// primary key, the identity.
+fn mysql_created_table(table: &str) -> String {
+    format!(
+        "CREATE TABLE IF NOT EXISTS {table} ({MYSQL_TABLE_COLUMNS}{TABLE_CONSTRAINTS}) ENGINE=InnoDB"
+    )
+}
+
+/// The previous shape (the first two migrations' table) on MariaDB/MySQL, built under `table`:
+/// the lean-row migration's revert builds it under a name no claim reaches, then renames it into
+/// place. Each statement can be run again.
+pub(crate) fn mysql_previous_shape(table: &str) -> [String; 3] {
+    [
+        mysql_created_table(table),
+        format!(
+            "CREATE INDEX IF NOT EXISTS ix_grpc_operation_ledger_claimed_at ON {table} (claimed_at)"
+        ),
+        mysql_outcome_checks(table),
+    ]
+}
+
 // The trait's signatures elide `SchemaManager`'s lifetime; matching them needs the same elision.
 #[allow(elided_lifetimes_in_paths)]
 #[async_trait::async_trait]
@@ -267,13 +288,7 @@ impl MigrationTrait for CreateOperationLedger {
                      WITHOUT ROWID"
                 )
             }
-            // InnoDB clusters the rows on the primary key, the identity.
-            DbBackend::MySql => {
-                format!(
-                    "CREATE TABLE IF NOT EXISTS {LEDGER_TABLE} \
-                     ({MYSQL_TABLE_COLUMNS}{TABLE_CONSTRAINTS}) ENGINE=InnoDB"
-                )
-            }
+            DbBackend::MySql => mysql_created_table(LEDGER_TABLE),
             other => {
                 return Err(DbErr::Migration(format!(
                     "the operation ledger supports PostgreSQL, SQLite and MariaDB/MySQL, not {other:?}"
@@ -314,7 +329,7 @@ impl MigrationName for RefuseUnreplayableOutcomes {
 /// `octet_length`. MariaDB commits DDL on its own, so a start that died between this statement
 /// and the migration's record must be able to run it again: `{if_not_exists}` there (PostgreSQL's
 /// DDL is transactional and has no `ADD CONSTRAINT IF NOT EXISTS`).
-const OUTCOME_CHECKS: &str = "ALTER TABLE grpc_operation_ledger
+const OUTCOME_CHECKS: &str = "ALTER TABLE {table}
     ADD COLUMN {if_not_exists} failure_details {bytes},
     ADD CONSTRAINT {if_not_exists} ck_grpc_operation_ledger_failure_details_size
         CHECK (failure_details IS NULL OR octet_length(failure_details) <= 8192),
@@ -325,6 +340,14 @@ const OUTCOME_CHECKS: &str = "ALTER TABLE grpc_operation_ledger
                OR (outcome_reference <> '' AND octet_length(outcome_reference) <= 1024)),
     ADD CONSTRAINT {if_not_exists} ck_grpc_operation_ledger_failure_message_replayable
         CHECK (failure_message IS NULL OR octet_length(failure_message) <= 1024)";
+
+/// The second migration's column and CHECKs on MariaDB/MySQL, for `table`.
+fn mysql_outcome_checks(table: &str) -> String {
+    OUTCOME_CHECKS
+        .replace("{table}", table)
+        .replace("{bytes}", "BLOB")
+        .replace("{if_not_exists}", "IF NOT EXISTS")
+}
 
 /// The condition under which a SQLite row is refused, for `NEW` of an insert or an update.
 const SQLITE_UNREPLAYABLE: &str = "(NEW.state = 'FAILED_TERMINAL' AND NEW.failure_code IS NULL)
@@ -344,18 +367,15 @@ impl MigrationTrait for RefuseUnreplayableOutcomes {
             DbBackend::Postgres => {
                 db.execute_unprepared(
                     &OUTCOME_CHECKS
+                        .replace("{table}", LEDGER_TABLE)
                         .replace("{bytes}", "BYTEA")
                         .replace("{if_not_exists} ", ""),
                 )
                 .await?;
             }
             DbBackend::MySql => {
-                db.execute_unprepared(
-                    &OUTCOME_CHECKS
-                        .replace("{bytes}", "BLOB")
-                        .replace("{if_not_exists}", "IF NOT EXISTS"),
-                )
-                .await?;
+                db.execute_unprepared(&mysql_outcome_checks(LEDGER_TABLE))
+                    .await?;
             }
             DbBackend::Sqlite => {
                 db.execute_unprepared(&format!(

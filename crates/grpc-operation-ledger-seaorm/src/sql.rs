@@ -31,8 +31,8 @@ macro_rules! identity_columns {
 /// Claim: one insert that can only insert. `$1`-`$5` the identity and request fingerprint
 /// (`identity_columns!`), `$6` lease in ms, `$7` the version's random salt. The fresh version is the store's clock shifted left by 20 bits plus the
 /// salt (`Version::fresh`), so it never repeats for an identity; it is returned only when the row
-/// was inserted. On PostgreSQL `{wait_bound}` also sets `lock_timeout` to `$7` for the rest of the
-/// transaction (`$8`), before the insert can wait behind another unit's uncommitted claim: the bound
+/// was inserted. On PostgreSQL `{wait_bound}` also sets `lock_timeout` to `$8` for the rest of the
+/// transaction, before the insert can wait behind another unit's uncommitted claim: the bound
 /// travels with the statement, so a connection pooler that drops startup parameters or hands
 /// out another server connection cannot lose it. (SQLite needs the `WHERE true` to tell the
 /// SELECT's end from the ON CONFLICT clause.)

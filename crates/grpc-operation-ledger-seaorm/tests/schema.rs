@@ -625,8 +625,127 @@ async fn the_lean_row_migration_refuses_rows_it_cannot_convert(store: Store) {
     assert_eq!(rows.try_get::<i64>("", "n").unwrap(), 2);
 }
 
+/// Records the lean-row migration as applied (`applied`) or not, without running it: what a
+/// process that died between a step's commit and sea-orm-migration's record leaves behind.
+async fn record_lean_row_step(db: &sea_orm::DatabaseConnection, applied: bool) {
+    const STEP: &str = "m20261204_000003_lean_ledger_row";
+    let sql = if applied {
+        format!("INSERT INTO {MIGRATIONS_TABLE} (version, applied_at) VALUES ('{STEP}', 0)")
+    } else {
+        format!("DELETE FROM {MIGRATIONS_TABLE} WHERE version = '{STEP}'")
+    };
+    db.execute_unprepared(&sql)
+        .await
+        .expect("the migration's record");
+}
+
+/// The lean row's revert keeps every row (hashes as hex again), the upgrade after it brings them
+/// back under their digests, and either step run again over a table already in its shape (it
+/// committed, its record did not) changes nothing.
+async fn the_lean_row_reverts_and_upgrades_again_keeping_every_row(store: Store) {
+    use grpc_core_api::{ClaimOutcome, OperationState, OutcomeReference, RequestFingerprint};
+
+    let t = fresh(store).await;
+    let ledger = SeaOrmOperationLedger::new(&t.db);
+    let request = |n: usize| RequestFingerprint::from_bytes([n as u8; 32]);
+    let operation = |n: usize| common::identity("tenant-revert", "/p.v1.S/Pay", &format!("r-{n}"));
+    const ROWS: usize = 40;
+    for n in 0..ROWS {
+        let ClaimOutcome::Claimed { version, .. } = ledger
+            .claim(&operation(n), &request(n), common::lease(60_000))
+            .await
+            .unwrap()
+        else {
+            panic!("a fresh key was not claimed");
+        };
+        // The last stays in progress, under a live lease.
+        if n + 1 < ROWS {
+            ledger
+                .mark_committed(
+                    &operation(n),
+                    version,
+                    &OutcomeReference::parse(&format!("p-{n}")).unwrap(),
+                )
+                .await
+                .unwrap();
+        }
+    }
+    let count_rows = |sql: String| {
+        let db = t.db.clone();
+        async move {
+            db.query_one_raw(Statement::from_string(db.get_database_backend(), sql))
+                .await
+                .unwrap()
+                .unwrap()
+                .try_get::<i64>("", "n")
+                .unwrap()
+        }
+    };
+    let in_previous_shape = || {
+        let hashes = (0..ROWS)
+            .map(|n| format!("'{}'", operation(n).key_hash().to_hex()))
+            .collect::<Vec<_>>()
+            .join(", ");
+        count_rows(format!(
+            "SELECT COUNT(*) AS n FROM grpc_operation_ledger WHERE caller_fingerprint = \
+             'tenant-revert' AND idempotency_key_hash IN ({hashes}) AND request_fingerprint IN \
+             ({})",
+            (0..ROWS)
+                .map(|n| format!("'{}'", request(n).to_hex()))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ))
+    };
+
+    LedgerMigrator::down(&t.db, Some(1)).await.expect("revert");
+    assert_eq!(
+        in_previous_shape().await,
+        ROWS as i64,
+        "every row back in hex"
+    );
+    record_lean_row_step(&t.db, true).await;
+    LedgerMigrator::down(&t.db, Some(1))
+        .await
+        .expect("a revert over the previous shape");
+    assert_eq!(
+        in_previous_shape().await,
+        ROWS as i64,
+        "a second revert changes nothing"
+    );
+
+    migrate(&t.db).await.expect("upgrade again");
+    record_lean_row_step(&t.db, false).await;
+    migrate(&t.db)
+        .await
+        .expect("an upgrade over the lean shape");
+    assert_eq!(applied_migrations(&t.db).await, ledger_migrations().len());
+    assert_eq!(
+        count_rows("SELECT COUNT(*) AS n FROM grpc_operation_ledger".into()).await,
+        ROWS as i64
+    );
+    for n in 0..ROWS {
+        let found = ledger.find(&operation(n)).await.unwrap().expect("kept");
+        assert_eq!(found.request_fingerprint, request(n));
+        match found.state() {
+            OperationState::Committed => assert_eq!(
+                found.outcome_reference().map(|o| o.as_str().to_owned()),
+                Some(format!("p-{n}"))
+            ),
+            state => assert_eq!((n + 1, state), (ROWS, OperationState::InProgress)),
+        }
+    }
+    assert!(matches!(
+        ledger
+            .claim(&operation(0), &request(0), common::lease(60_000))
+            .await
+            .unwrap(),
+        ClaimOutcome::Completed(_)
+    ));
+}
+
 on_both_stores!(
     migrations_apply_twice_harmlessly_and_revert,
+    the_lean_row_reverts_and_upgrades_again_keeping_every_row,
     check_constraints_refuse_bad_rows_written_by_raw_sql,
     a_database_from_the_first_migration_upgrades_in_place,
     the_lean_row_migration_keeps_every_row_of_a_ledger_in_use,
