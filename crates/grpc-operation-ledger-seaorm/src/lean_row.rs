@@ -67,16 +67,8 @@ const POSTGRES_LEAN_TABLE: &str = "CREATE TABLE {table} (
     CONSTRAINT ck_grpc_operation_ledger_identity_digest CHECK (identity_digest = sha256(convert_to(
         caller_fingerprint || '|' || full_method_name || '|' || encode(idempotency_key_hash, 'hex'),
         'UTF8'))),
-    CONSTRAINT ck_grpc_operation_ledger_digest_sizes
-        CHECK (octet_length(idempotency_key_hash) = 32 AND octet_length(request_fingerprint) = 32),
     {rules},
-    CONSTRAINT ck_grpc_operation_ledger_failure_details_size
-        CHECK (failure_details IS NULL OR octet_length(failure_details) <= 8192),
-    CONSTRAINT ck_grpc_operation_ledger_outcome_replayable
-        CHECK (outcome_reference IS NULL
-               OR (outcome_reference <> '' AND octet_length(outcome_reference) <= 1024)),
-    CONSTRAINT ck_grpc_operation_ledger_failure_message_replayable
-        CHECK (failure_message IS NULL OR octet_length(failure_message) <= 1024))";
+    {sized_rules})";
 
 /// The lean table, for MariaDB/MySQL: texts compared byte for byte as before, digests in
 /// `VARBINARY(32)` checked to be 32 bytes (`BINARY(32)` would pad a short value silently).
@@ -99,16 +91,8 @@ const MYSQL_LEAN_TABLE: &str = "CREATE TABLE {table} (
     CONSTRAINT ck_grpc_operation_ledger_identity_digest CHECK (identity_digest = UNHEX(SHA2(
         CONCAT(CAST(caller_fingerprint AS BINARY), '|', CAST(full_method_name AS BINARY), '|',
                CAST(LOWER(HEX(idempotency_key_hash)) AS BINARY)), 256))),
-    CONSTRAINT ck_grpc_operation_ledger_digest_sizes
-        CHECK (octet_length(idempotency_key_hash) = 32 AND octet_length(request_fingerprint) = 32),
     {rules},
-    CONSTRAINT ck_grpc_operation_ledger_failure_details_size
-        CHECK (failure_details IS NULL OR octet_length(failure_details) <= 8192),
-    CONSTRAINT ck_grpc_operation_ledger_outcome_replayable
-        CHECK (outcome_reference IS NULL
-               OR (outcome_reference <> '' AND octet_length(outcome_reference) <= 1024)),
-    CONSTRAINT ck_grpc_operation_ledger_failure_message_replayable
-        CHECK (failure_message IS NULL OR octet_length(failure_message) <= 1024)
+    {sized_rules}
     ) ENGINE=InnoDB";
 
 /// The lean table, for SQLite: one B-tree clustered on the digest (`WITHOUT ROWID`). A new table
@@ -144,6 +128,18 @@ const SQLITE_LEAN_TABLE: &str = "CREATE TABLE {table} (
         OR length(failure_details) > 8192) IS NOT TRUE)
     ) WITHOUT ROWID";
 
+/// The rules PostgreSQL and MariaDB state with `octet_length`: the digests' sizes, and what a
+/// record must hold to be replayed (SQLite's table states them in its own functions).
+const SIZED_RULES: &str = "CONSTRAINT ck_grpc_operation_ledger_digest_sizes
+        CHECK (octet_length(idempotency_key_hash) = 32 AND octet_length(request_fingerprint) = 32),
+    CONSTRAINT ck_grpc_operation_ledger_failure_details_size
+        CHECK (failure_details IS NULL OR octet_length(failure_details) <= 8192),
+    CONSTRAINT ck_grpc_operation_ledger_outcome_replayable
+        CHECK (outcome_reference IS NULL
+               OR (outcome_reference <> '' AND octet_length(outcome_reference) <= 1024)),
+    CONSTRAINT ck_grpc_operation_ledger_failure_message_replayable
+        CHECK (failure_message IS NULL OR octet_length(failure_message) <= 1024)";
+
 /// The row rules every shape has had: states, what each state must carry, versions from 1.
 const ROW_RULES: &str = "CONSTRAINT ck_grpc_operation_ledger_state
         CHECK (state IN ('IN_PROGRESS', 'COMMITTED', 'FAILED_TERMINAL')),
@@ -173,7 +169,8 @@ fn lean_table(backend: DbBackend, table: &str) -> Result<String, DbErr> {
     };
     Ok(template
         .replace("{table}", table)
-        .replace("{rules}", ROW_RULES))
+        .replace("{rules}", ROW_RULES)
+        .replace("{sized_rules}", SIZED_RULES))
 }
 
 fn unsupported(backend: DbBackend) -> DbErr {
@@ -317,36 +314,47 @@ where
     unit.commit().await
 }
 
+/// PostgreSQL: takes the ledger's table for the rest of the migration's transaction (waiting at
+/// most the migration's lock wait, after which `migrate` steps aside and asks again) and, unless
+/// it already has the shape `done`, moves it aside as `aside`, its primary key's index renamed
+/// with it and its `claimed_at` index dropped, so that a new table can take the names. Answers
+/// whether it moved it.
+async fn set_aside_on_postgres(
+    db: &SchemaManagerConnection<'_>,
+    done: Shape,
+    aside: &str,
+) -> Result<bool, DbErr> {
+    run(
+        db,
+        &format!("LOCK TABLE {LEDGER_TABLE} IN ACCESS EXCLUSIVE MODE"),
+    )
+    .await?;
+    if shape_of(db, LEDGER_TABLE).await? == done {
+        return Ok(false);
+    }
+    run(db, &format!("ALTER TABLE {LEDGER_TABLE} RENAME TO {aside}")).await?;
+    run(
+        db,
+        &format!("ALTER INDEX pk_grpc_operation_ledger RENAME TO pk_{aside}"),
+    )
+    .await?;
+    run(
+        db,
+        "DROP INDEX IF EXISTS ix_grpc_operation_ledger_claimed_at",
+    )
+    .await?;
+    Ok(true)
+}
+
 async fn upgrade(manager: &SchemaManager<'_>) -> Result<(), DbErr> {
     let db = manager.get_connection();
     match manager.get_database_backend() {
         DbBackend::Postgres => {
-            // Held to the end of the migration's transaction; waited for at most the
-            // migration's lock wait, after which `migrate` steps aside and asks again.
-            run(
-                db,
-                &format!("LOCK TABLE {LEDGER_TABLE} IN ACCESS EXCLUSIVE MODE"),
-            )
-            .await?;
-            if shape_of(db, LEDGER_TABLE).await? == Shape::Lean {
+            if !set_aside_on_postgres(db, Shape::Lean, PREVIOUS_TABLE).await? {
                 return Ok(());
             }
-            refuse_unconvertible_rows(db, LEDGER_TABLE).await?;
-            run(
-                db,
-                &format!("ALTER TABLE {LEDGER_TABLE} RENAME TO {PREVIOUS_TABLE}"),
-            )
-            .await?;
-            run(
-                db,
-                "ALTER INDEX pk_grpc_operation_ledger RENAME TO pk_grpc_operation_ledger_previous",
-            )
-            .await?;
-            run(
-                db,
-                "DROP INDEX IF EXISTS ix_grpc_operation_ledger_claimed_at",
-            )
-            .await?;
+            // A refusal rolls the whole transaction back, the renames with it.
+            refuse_unconvertible_rows(db, PREVIOUS_TABLE).await?;
             copy_into_lean(db, PREVIOUS_TABLE, LEDGER_TABLE).await?;
         }
         DbBackend::Sqlite => {
@@ -441,29 +449,9 @@ async fn revert(manager: &SchemaManager<'_>) -> Result<(), DbErr> {
     };
     match backend {
         DbBackend::Postgres => {
-            run(
-                db,
-                &format!("LOCK TABLE {LEDGER_TABLE} IN ACCESS EXCLUSIVE MODE"),
-            )
-            .await?;
-            if shape_of(db, LEDGER_TABLE).await? == Shape::Previous {
+            if !set_aside_on_postgres(db, Shape::Previous, LEAN_TABLE).await? {
                 return Ok(());
             }
-            run(
-                db,
-                &format!("ALTER TABLE {LEDGER_TABLE} RENAME TO {LEAN_TABLE}"),
-            )
-            .await?;
-            run(
-                db,
-                "ALTER INDEX pk_grpc_operation_ledger RENAME TO pk_grpc_operation_ledger_lean",
-            )
-            .await?;
-            run(
-                db,
-                "DROP INDEX IF EXISTS ix_grpc_operation_ledger_claimed_at",
-            )
-            .await?;
         }
         DbBackend::MySql => {
             if shape_of(db, LEDGER_TABLE).await? == Shape::Lean

@@ -33,6 +33,16 @@ async fn table_exists(db: &impl ConnectionTrait, table: &str) -> bool {
     row.try_get::<i64>("", "n").unwrap() == 1
 }
 
+/// A fresh store with only the first `migrations` of the ledger's migrations applied.
+async fn fresh_after_migrations(store: Store, migrations: u32) -> common::TestDb {
+    let t = fresh(store).await;
+    LedgerMigrator::down(&t.db, None).await.expect("down");
+    LedgerMigrator::up(&t.db, Some(migrations))
+        .await
+        .expect("the earlier migrations");
+    t
+}
+
 async fn migrations_apply_twice_harmlessly_and_revert(store: Store) {
     let t = fresh(store).await;
     assert!(table_exists(&t.db, LEDGER_TABLE).await);
@@ -267,11 +277,7 @@ async fn check_constraints_refuse_bad_rows_written_by_raw_sql(store: Store) {
 /// A database created by the first migration, with a row in it, is upgraded in place: the row
 /// stays and the new rules hold from then on.
 async fn a_database_from_the_first_migration_upgrades_in_place(store: Store) {
-    let t = fresh(store).await;
-    LedgerMigrator::down(&t.db, None).await.expect("down");
-    LedgerMigrator::up(&t.db, Some(1))
-        .await
-        .expect("first migration only");
+    let t = fresh_after_migrations(store, 1).await;
     let backend = t.db.get_database_backend();
     let empty_outcome = insert_raw(
         &RawIdentity::of(backend, "20"),
@@ -364,11 +370,7 @@ async fn the_lean_row_migration_keeps_every_row_of_a_ledger_in_use(store: Store)
 
     use grpc_core_api::{ClaimOutcome, LedgerError, OperationState, RequestFingerprint};
 
-    let t = fresh(store).await;
-    LedgerMigrator::down(&t.db, None).await.expect("down");
-    LedgerMigrator::up(&t.db, Some(2))
-        .await
-        .expect("the previous shape");
+    let t = fresh_after_migrations(store, 2).await;
     let request = |n: usize| RequestFingerprint::from_bytes([(n % 251) as u8; 32]);
     let seeded = |n: usize| common::identity("tenant-seeded", "/p.v1.S/Pay", &format!("seed-{n}"));
     const SEEDED: usize = 10_000;
@@ -579,11 +581,7 @@ async fn the_lean_row_migration_keeps_every_row_of_a_ledger_in_use(store: Store)
 /// A row the adapter never writes (a key hash that is not hex) stops the lean-row migration with
 /// its count, and nothing changes: the previous shape and its rows stay.
 async fn the_lean_row_migration_refuses_rows_it_cannot_convert(store: Store) {
-    let t = fresh(store).await;
-    LedgerMigrator::down(&t.db, None).await.expect("down");
-    LedgerMigrator::up(&t.db, Some(2))
-        .await
-        .expect("the previous shape");
+    let t = fresh_after_migrations(store, 2).await;
     t.db.execute_unprepared(&previous_shape_insert(
         "01",
         "COMMITTED",
@@ -764,11 +762,7 @@ async fn a_migration_behind_a_long_unit_never_holds_claims_past_their_wait() {
 
     use sea_orm::TransactionTrait;
 
-    let t = fresh(Store::Postgres).await;
-    LedgerMigrator::down(&t.db, None).await.expect("down");
-    LedgerMigrator::up(&t.db, Some(1))
-        .await
-        .expect("first migration only");
+    let t = fresh_after_migrations(Store::Postgres, 1).await;
     // A claim as the previous release writes it: a row of the first migration's columns, in a
     // unit whose lock waits are bounded as the adapter bounds a claim's.
     let claim_row = |key: &str| {
