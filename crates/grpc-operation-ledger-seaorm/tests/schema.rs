@@ -365,7 +365,7 @@ const PREVIOUS_RELEASE_INSERT: &str = "INSERT INTO grpc_operation_ledger (caller
 ///   ran out is taken over from its stored version.
 async fn the_lean_row_migration_keeps_every_row_of_a_ledger_in_use(store: Store) {
     use std::sync::Arc;
-    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
     use std::time::{Duration, Instant};
 
     use grpc_core_api::{ClaimOutcome, LedgerError, OperationState, RequestFingerprint};
@@ -390,17 +390,24 @@ async fn the_lean_row_migration_keeps_every_row_of_a_ledger_in_use(store: Store)
 
     // Longer than any claim may take: a claim wait (500 ms) and a margin for a loaded machine.
     const ANSWER_BOUND: Duration = Duration::from_secs(10);
+    // Claims after the migration each task makes before it stops (the previous release's all
+    // fail: its statements name columns the lean row no longer has).
+    const CLAIMS_AFTER: usize = 3;
     let migrated = Arc::new(AtomicBool::new(false));
-    let stop_after = Arc::new(std::sync::Mutex::new(None::<Instant>));
+    let committed_before = Arc::new(AtomicUsize::new(0));
     let previous_release_claims = (0..2)
         .map(|task| {
-            let (db, stop_after) = (t.db.clone(), stop_after.clone());
+            let (db, migrated, committed_before) =
+                (t.db.clone(), migrated.clone(), committed_before.clone());
             tokio::spawn(async move {
                 let mut committed = Vec::new();
-                let mut refused = 0;
+                let (mut refused, mut tried_after) = (0, 0);
                 for n in 0.. {
-                    if stop_after.lock().unwrap().is_some_and(|at| Instant::now() > at) {
-                        break;
+                    if migrated.load(Ordering::SeqCst) {
+                        if tried_after == CLAIMS_AFTER {
+                            break;
+                        }
+                        tried_after += 1;
                     }
                     let identity =
                         common::identity("tenant-previous", "/p.v1.S/Pay", &format!("{task}-{n}"));
@@ -424,7 +431,10 @@ async fn the_lean_row_migration_keeps_every_row_of_a_ledger_in_use(store: Store)
                         .await
                         .expect("a previous-release claim is answered or refused in bounded time");
                     match result {
-                        Ok(()) => committed.push(identity),
+                        Ok(()) => {
+                            committed_before.fetch_add(1, Ordering::SeqCst);
+                            committed.push(identity);
+                        }
                         Err(_) => refused += 1,
                     }
                     tokio::time::sleep(Duration::from_millis(5)).await;
@@ -435,20 +445,20 @@ async fn the_lean_row_migration_keeps_every_row_of_a_ledger_in_use(store: Store)
         .collect::<Vec<_>>();
     let this_release_claims = (0..2)
         .map(|task| {
-            let (db, stop_after, migrated) = (t.db.clone(), stop_after.clone(), migrated.clone());
+            let (db, migrated) = (t.db.clone(), migrated.clone());
             tokio::spawn(async move {
                 let ledger =
                     SeaOrmOperationLedger::new(&db).with_claim_wait(Duration::from_millis(500));
-                let (mut claimed, mut refused, mut claimed_after) = (Vec::new(), 0, 0);
+                let (mut claimed, mut refused, mut claimed_after, mut tried_after) =
+                    (Vec::new(), 0, 0, 0);
                 for n in 0.. {
-                    if stop_after
-                        .lock()
-                        .unwrap()
-                        .is_some_and(|at| Instant::now() > at)
-                    {
+                    let after = migrated.load(Ordering::SeqCst);
+                    // Bounded: a task whose claims all fail after the migration stops too, and
+                    // the assertion below names it.
+                    if claimed_after == CLAIMS_AFTER || tried_after == 100 * CLAIMS_AFTER {
                         break;
                     }
-                    let after = migrated.load(Ordering::SeqCst);
+                    tried_after += usize::from(after);
                     let identity =
                         common::identity("tenant-current", "/p.v1.S/Pay", &format!("{task}-{n}"));
                     let result = tokio::time::timeout(
@@ -487,10 +497,17 @@ async fn the_lean_row_migration_keeps_every_row_of_a_ledger_in_use(store: Store)
         })
         .collect::<Vec<_>>();
 
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The migration starts once the previous release has committed claims of its own.
+    let waiting = Instant::now();
+    while committed_before.load(Ordering::SeqCst) < 2 {
+        assert!(
+            waiting.elapsed() < ANSWER_BOUND,
+            "the previous release committed no claim before the migration"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
     migrate(&t.db).await.expect("the lean-row migration");
     migrated.store(true, Ordering::SeqCst);
-    *stop_after.lock().unwrap() = Some(Instant::now() + Duration::from_millis(500));
     assert_eq!(applied_migrations(&t.db).await, ledger_migrations().len());
 
     let ledger = SeaOrmOperationLedger::new(&t.db);
@@ -531,8 +548,9 @@ async fn the_lean_row_migration_keeps_every_row_of_a_ledger_in_use(store: Store)
         kept > 0,
         "the previous release claimed before the migration"
     );
-    assert!(
-        claimed_after > 0,
+    assert_eq!(
+        claimed_after,
+        2 * CLAIMS_AFTER,
         "this release's claims are answered once the migration is done"
     );
 
