@@ -72,6 +72,7 @@ impl Default for LedgerConfig {
 pub async fn open_sqlite(path: &Path, config: &LedgerConfig) -> Result<DatabaseConnection, DbErr> {
     let mut options = ConnectOptions::new(format!("sqlite://{}", path.display()));
     pool_options(&mut options, config);
+    options.test_before_acquire(false);
     let busy_timeout = config.claim_wait;
     options.map_sqlx_sqlite_opts(move |sqlite: SqliteConnectOptions| {
         sqlite
@@ -108,13 +109,16 @@ pub async fn open_sqlite(path: &Path, config: &LedgerConfig) -> Result<DatabaseC
 /// as `config.pooler` says (see [`Pooler`]): the statement cache is on only for
 /// [`Pooler::None`], and what the ledger does on the pool follows from the pool, so one setting
 /// decides it, here. Does not apply migrations: a deployment applies them with
-/// [`migrate`](crate::migrate) when it chooses.
+/// [`migrate`](crate::migrate) when it chooses. A pooled connection is pinged before it is handed
+/// out only when it has been idle for 30 s or more; a busy one that was cut fails its next unit
+/// as UNAVAILABLE, and the retry gets a new connection.
 pub async fn connect_postgres(
     url: &str,
     config: &LedgerConfig,
 ) -> Result<DatabaseConnection, DbErr> {
     let mut options = ConnectOptions::new(url.to_owned());
     pool_options(&mut options, config);
+    options.test_before_acquire_if_idle_for(PING_WHEN_IDLE_FOR);
     if !config.pooler.caches_statements() {
         options.map_sqlx_postgres_opts(|postgres| postgres.statement_cache_capacity(0));
     }
@@ -140,7 +144,8 @@ pub(crate) fn caches_statements(db: &DatabaseConnection) -> bool {
 /// Connects a pool to MariaDB (10.5 or later, for `INSERT ... RETURNING`; MySQL lacks that and
 /// `SET STATEMENT`, so the ledger does not run on MySQL yet, and a claim there fails). Sets nothing
 /// on the connections: the claim's bounded wait travels with the claim statement
-/// (`SET STATEMENT max_statement_time`). Does not apply migrations.
+/// (`SET STATEMENT max_statement_time`). Does not apply migrations. Pooled connections are
+/// pinged as [`connect_postgres`]'s are.
 /// `mariadb://` is taken for `mysql://` (the driver knows only the latter).
 pub async fn connect_mysql(url: &str, config: &LedgerConfig) -> Result<DatabaseConnection, DbErr> {
     let url = match url.strip_prefix("mariadb://") {
@@ -159,6 +164,7 @@ pub async fn connect_mysql(url: &str, config: &LedgerConfig) -> Result<DatabaseC
     }
     let mut options = ConnectOptions::new(url);
     pool_options(&mut options, config);
+    options.test_before_acquire_if_idle_for(PING_WHEN_IDLE_FOR);
     Database::connect(options).await
 }
 
@@ -226,6 +232,17 @@ fn pool_options(options: &mut ConnectOptions, config: &LedgerConfig) {
         .acquire_timeout(config.acquire_timeout)
         .sqlx_logging(false);
 }
+
+/// How long a pooled server connection may have sat idle and still be handed out without a ping
+/// first. sqlx pings on every acquire by default, which is one round trip more for every unit of
+/// work (one of a keyed call's seven, one of a plain write's four), and on a busy pool it only
+/// ever finds connections alive. One idle this long may have been cut by the server, a pooler or
+/// a firewall while no one looked, so it is pinged and replaced if dead. A busy connection cut
+/// (a server restart, a killed session) fails its unit's first statement instead: the call is
+/// answered UNAVAILABLE (connection lost), nothing of the unit was written, and the caller
+/// retries with the same key on a new connection (`tests/pool.rs`). A SQLite connection is a
+/// file handle that nothing can cut, and is never pinged.
+const PING_WHEN_IDLE_FOR: Duration = Duration::from_secs(30);
 
 /// The URL of database `database` on the server `server_url` names: its path replaced, its
 /// credentials, host, port and query kept (`postgres://u@h:5432/postgres?sslmode=disable` with
