@@ -9,11 +9,15 @@ mod figures;
 mod mariadb;
 mod pgbench;
 mod pooler;
+mod sqlite_c;
 
 pub use figures::{Figure, Plan, json, table};
 pub(crate) use figures::{compared, figure};
 pub use mariadb::mariadb_family;
-use pgbench::{pgbench, pgbench_business_script, pgbench_commit_once_script, pgbench_keyed_script};
+use pgbench::{
+    pgbench, pgbench_business_script, pgbench_commit_once_script, pgbench_keyed_script,
+    pgbench_keyed_unbounded_script,
+};
 
 use std::future::Future;
 use std::path::Path;
@@ -30,7 +34,7 @@ use grpc_core_api::{
 };
 use grpc_operation_ledger_seaorm::{
     LedgerConfig, Pooler, SeaOrmOperationLedger, SeaOrmUnitsOfWork, connect_mysql,
-    connect_postgres, database_url, in_dialect, open_sqlite, statements,
+    connect_postgres, database_url, in_dialect, lock_timeout_statement, open_sqlite, statements,
 };
 use sea_orm::sqlx::{self, postgres::PgPoolOptions};
 use sea_orm::{
@@ -68,22 +72,33 @@ async fn business_op(db: &DatabaseConnection, key: &str) -> Result<()> {
     Ok(())
 }
 
-/// Claim + business write + mark_committed through the adapter, in one transaction.
+/// The units of work the guard runs on `db`: begun as `KeyedMutationGuard` begins them (on
+/// PostgreSQL with the claim wait as the transaction's lock bound, sent once after `BEGIN`; on
+/// SQLite `BEGIN IMMEDIATE`; on MariaDB at READ COMMITTED), with the adapter's default claim wait.
+fn guard_units(db: &DatabaseConnection) -> SeaOrmUnitsOfWork {
+    SeaOrmUnitsOfWork::new(db.clone(), &LedgerConfig::default())
+}
+
+/// Claim + business write + mark_committed through the adapter, in one unit of work begun as the
+/// guard begins it.
 async fn keyed_op(db: &DatabaseConnection, caller: usize, key: &str) -> Result<()> {
-    let txn = db.begin().await?;
-    keyed_write(&txn, caller, key).await?;
-    txn.commit().await?;
+    let units = guard_units(db);
+    let txn = units.begin().await?;
+    keyed_write(&units, &txn, caller, key).await?;
+    units.commit(txn).await?;
     Ok(())
 }
 
 /// The write-once mode through the adapter: business write, then the finished row recorded in
-/// one insert, in one transaction.
+/// one insert, in one unit of work begun as the guard begins it.
 async fn write_once_op(db: &DatabaseConnection, caller: usize, key: &str) -> Result<()> {
     let id = identity(caller, key);
-    let txn = db.begin().await?;
+    let units = guard_units(db);
+    let txn = units.begin().await?;
     txn.execute_raw(business_statement(db.get_database_backend(), key, 1))
         .await?;
-    let recorded = SeaOrmOperationLedger::new(&txn)
+    let recorded = units
+        .ledger(&txn)
         .record_finished(
             &id,
             &RequestFingerprint::of(key.as_bytes()),
@@ -94,14 +109,19 @@ async fn write_once_op(db: &DatabaseConnection, caller: usize, key: &str) -> Res
     if !matches!(recorded, RecordOutcome::Recorded(_)) {
         bail!("a fresh key was not recorded");
     }
-    txn.commit().await?;
+    units.commit(txn).await?;
     Ok(())
 }
 
-/// Claim, business write and mark_committed of a fresh key on `txn`.
-async fn keyed_write(txn: &DatabaseTransaction, caller: usize, key: &str) -> Result<()> {
+/// Claim, business write and mark_committed of a fresh key on `txn`, a unit of `units`.
+async fn keyed_write(
+    units: &SeaOrmUnitsOfWork,
+    txn: &DatabaseTransaction,
+    caller: usize,
+    key: &str,
+) -> Result<()> {
     let id = identity(caller, key);
-    let ledger = SeaOrmOperationLedger::new(txn);
+    let ledger = units.ledger(txn);
     let claimed = ledger
         .claim(&id, &RequestFingerprint::of(key.as_bytes()), lease())
         .await?;
@@ -119,13 +139,19 @@ async fn keyed_write(txn: &DatabaseTransaction, caller: usize, key: &str) -> Res
 /// The claim's `lock_timeout` (the adapter's default claim wait), as the claim statement binds it.
 const CLAIM_WAIT_SETTING: &str = "2000ms";
 
-/// The adapter's three statements, sent directly through sqlx: the adapter's ideal.
+/// The adapter's statements as a guarded call sends them (the unit's lock bound, the claim, the
+/// business insert, the transition), directly through sqlx: the adapter's ideal.
 async fn raw_op(pool: &sqlx::PgPool, caller: usize, key: &str) -> Result<()> {
     let [(_, claim), _, _, (_, commit), ..] =
         statements(DbBackend::Postgres).context("PostgreSQL")?;
     let id = identity(caller, key);
     let digest = id.storage_digest().to_vec();
     let mut tx = pool.begin().await?;
+    sqlx::raw_sql(sqlx::AssertSqlSafe(lock_timeout_statement(
+        LedgerConfig::default().claim_wait,
+    )))
+    .execute(&mut *tx)
+    .await?;
     let version: Option<i64> = sqlx::query_scalar(claim)
         .bind(&digest)
         .bind(id.caller().as_str())
@@ -235,8 +261,10 @@ pub async fn run_all(url: &str, plan: &Plan) -> Result<Vec<Figure>> {
     let db = connect_postgres(&url, &config).await?;
     grpc_operation_ledger_seaorm::migrate(&db).await?;
     db.execute_unprepared(BUSINESS_TABLE).await?;
+    // Without a ping on every acquire, as the adapter's pool (`connect_postgres`).
     let pool = PgPoolOptions::new()
         .max_connections(max_clients + 2)
+        .test_before_acquire(false)
         .connect(&url)
         .await?;
     print_statements()?;
@@ -330,6 +358,7 @@ struct Writes {
     raw: Measured,
     pgbench_keyed: f64,
     pgbench_keyed_latency: f64,
+    pgbench_keyed_unbounded: f64,
     pgbench_business: f64,
     pgbench_commit_once: f64,
 }
@@ -381,6 +410,13 @@ async fn measure_writes(
     let dir = std::env::temp_dir();
     let (pgbench_keyed, pgbench_keyed_latency) =
         pgbench(url, &pgbench_keyed_script()?, clients, plan.seconds, &dir)?;
+    let (pgbench_keyed_unbounded, _) = pgbench(
+        url,
+        &pgbench_keyed_unbounded_script()?,
+        clients,
+        plan.seconds,
+        &dir,
+    )?;
     let (pgbench_business, _) =
         pgbench(url, &pgbench_business_script(), clients, plan.seconds, &dir)?;
     let (pgbench_commit_once, _) = pgbench(
@@ -397,6 +433,7 @@ async fn measure_writes(
         raw,
         pgbench_keyed,
         pgbench_keyed_latency,
+        pgbench_keyed_unbounded,
         pgbench_business,
         pgbench_commit_once,
     })
@@ -410,6 +447,11 @@ impl Writes {
         let raw_fig = figure(at("raw-sql"), "ops/s", self.raw.ops_per_second);
         let pg_keyed_fig = figure(at("pgbench keyed"), "tps", self.pgbench_keyed);
         let pg_business_fig = figure(at("pgbench business"), "tps", self.pgbench_business);
+        let pg_unbounded_fig = figure(
+            at("pgbench keyed without the unit's lock bound"),
+            "tps",
+            self.pgbench_keyed_unbounded,
+        );
         let raw_p50 = figure(at("raw-sql p50"), "ms", self.raw.p50_ms);
         let keyed_fig = figure(
             at("keyed (claim-first)"),
@@ -452,6 +494,18 @@ impl Writes {
                 self.pgbench_keyed,
                 &pg_business_fig,
             ),
+            compared(
+                at("pgbench keyed without the unit's lock bound vs business"),
+                "tps",
+                self.pgbench_keyed_unbounded,
+                &pg_business_fig,
+            ),
+            compared(
+                at("pgbench keyed vs the same without the unit's lock bound"),
+                "tps",
+                self.pgbench_keyed,
+                &pg_unbounded_fig,
+            ),
             figure(
                 at("pgbench keyed mean latency"),
                 "ms",
@@ -470,6 +524,7 @@ impl Writes {
             raw_p50,
             pg_keyed_fig,
             pg_business_fig,
+            pg_unbounded_fig,
         ]);
         figures.push(figure(at("business p50"), "ms", self.business.p50_ms));
         figures.push(figure(at("business p99"), "ms", self.business.p99_ms));
@@ -783,7 +838,13 @@ async fn growth(db: &DatabaseConnection, plan: &Plan) -> Result<Vec<Figure>> {
     Ok(figures)
 }
 
-/// The embedded default: keyed against business, one writer.
+/// Only SQLite's figures (`grpc-ledger-bench --only sqlite`): no server needed.
+pub async fn sqlite_cost(plan: &Plan) -> Result<Vec<Figure>> {
+    sqlite(plan).await
+}
+
+/// The embedded default: keyed against business, one writer, each next to the same unit run
+/// through SQLite's C library (`sqlite_c`), the store's own limit for the shape.
 async fn sqlite(plan: &Plan) -> Result<Vec<Figure>> {
     let file = std::env::temp_dir().join(format!("ledger-bench-{}.sqlite", std::process::id()));
     let db = open_sqlite(&file, &LedgerConfig::default()).await?;
@@ -806,6 +867,7 @@ async fn sqlite(plan: &Plan) -> Result<Vec<Figure>> {
     .await?;
     let end_to_end = e2e::end_to_end("sqlite", &db, &LedgerConfig::default(), plan).await?;
     db.close().await?;
+    let (c_business, c_keyed) = sqlite_c::c_library_limit(plan.seconds).await?;
     for suffix in ["", "-wal", "-shm"] {
         let _ = std::fs::remove_file(format!("{}{suffix}", file.display()));
     }
@@ -814,6 +876,16 @@ async fn sqlite(plan: &Plan) -> Result<Vec<Figure>> {
         "ops/s",
         business.ops_per_second,
     );
+    let c_base = figure(
+        "sqlite: C library business, one writer".into(),
+        "ops/s",
+        c_business,
+    );
+    let c_keyed_fig = figure(
+        "sqlite: C library keyed, one writer".into(),
+        "ops/s",
+        c_keyed,
+    );
     let mut figures = vec![
         compared(
             "sqlite: keyed, one writer".into(),
@@ -821,7 +893,27 @@ async fn sqlite(plan: &Plan) -> Result<Vec<Figure>> {
             keyed.ops_per_second,
             &base,
         ),
+        compared(
+            "sqlite: C library keyed vs business, one writer".into(),
+            "ops/s",
+            c_keyed,
+            &c_base,
+        ),
+        compared(
+            "sqlite: keyed vs C library keyed, one writer".into(),
+            "ops/s",
+            keyed.ops_per_second,
+            &c_keyed_fig,
+        ),
+        compared(
+            "sqlite: business vs C library business, one writer".into(),
+            "ops/s",
+            business.ops_per_second,
+            &c_base,
+        ),
         base,
+        c_base,
+        c_keyed_fig,
     ];
     figures.extend(end_to_end);
     Ok(figures)

@@ -1,4 +1,4 @@
-//! `grpc-ledger-bench [--quick] [--out FILE] [--only retry-layer|pooler]`: run by `cargo xtask bench`,
+//! `grpc-ledger-bench [--quick] [--out FILE] [--only retry-layer|pooler|sqlite|...]`: run by `cargo xtask bench`,
 //! which starts a durable
 //! PostgreSQL and sets `DATABASE_URL` (and `MARIADB_URL`, `GALERA_URLS` for the MariaDB and
 //! Galera figures). Prints a table and writes the figures as JSON.
@@ -35,6 +35,9 @@ enum Only {
     RetryLayer,
     /// What the pooler-safe default statements cost next to cached ones, on PostgreSQL.
     Pooler,
+    /// SQLite's figures: the adapter's keyed and business units, the same through SQLite's C
+    /// library, and the end-to-end calls (no server).
+    Sqlite,
     /// A duplicate's answer (the claim of a committed identity, and a resend's read first)
     /// next to a primary-key read, on PostgreSQL.
     Replay,
@@ -54,6 +57,11 @@ async fn main() -> anyhow::Result<()> {
     let plan = if quick { Plan::quick() } else { Plan::full() };
     if let Some(Only::RetryLayer) = only {
         let figures = retry_layer_overhead(&plan).await?;
+        println!("{}", grpc_ledger_bench::table(&figures));
+        return Ok(());
+    }
+    if let Some(Only::Sqlite) = only {
+        let figures = grpc_ledger_bench::sqlite_cost(&plan).await?;
         println!("{}", grpc_ledger_bench::table(&figures));
         return Ok(());
     }

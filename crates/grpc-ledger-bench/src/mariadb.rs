@@ -73,7 +73,7 @@ pub async fn mariadb_family(label: &str, urls: &[String], plan: &Plan) -> Result
                 Box::pin(async move {
                     let units = &units[task % units.len()];
                     let txn = units.begin().await?;
-                    keyed_write(&txn, task, &key).await?;
+                    keyed_write(units, &txn, task, &key).await?;
                     units.commit(txn).await?;
                     Ok(())
                 })

@@ -13,9 +13,23 @@ pub(crate) fn pgbench_binary() -> std::path::PathBuf {
     }
 }
 
-/// The adapter's exact statements as a pgbench script: placeholders become SQL expressions of
-/// pgbench variables, nothing else changes.
+/// The adapter's exact statements as a pgbench script, as a guarded call sends them: `BEGIN`, the
+/// unit's lock bound, the claim, the business insert, the transition, `END`. Placeholders become
+/// SQL expressions of pgbench variables, nothing else changes.
 pub(crate) fn pgbench_keyed_script() -> Result<String> {
+    pgbench_claim_first_script(Some(&format!(
+        "{};\n",
+        lock_timeout_statement(LedgerConfig::default().claim_wait)
+    )))
+}
+
+/// The same statements without the unit's lock bound: what the one statement of ours that
+/// pgbench's shape does not need costs at the store.
+pub(crate) fn pgbench_keyed_unbounded_script() -> Result<String> {
+    pgbench_claim_first_script(None)
+}
+
+fn pgbench_claim_first_script(lock_bound: Option<&str>) -> Result<String> {
     let [(_, claim), _, _, (_, commit), ..] =
         statements(DbBackend::Postgres).context("PostgreSQL")?;
     let claim = claim
@@ -33,7 +47,8 @@ pub(crate) fn pgbench_keyed_script() -> Result<String> {
         .replace("$2", ":version")
         .replace("$1", &identity_digest());
     Ok(format!(
-        "\\set k random(1, 9000000000000000000)\n\\set c random(0, 7)\n\\set s random(0, 65535)\nBEGIN;\n{claim} \\gset\n{};\n{commit};\nEND;\n",
+        "\\set k random(1, 9000000000000000000)\n\\set c random(0, 7)\n\\set s random(0, 65535)\nBEGIN;\n{}{claim} \\gset\n{};\n{commit};\nEND;\n",
+        lock_bound.unwrap_or_default(),
         pgbench_business_statement()
     ))
 }

@@ -77,4 +77,4 @@ pub use ledger::{LedgerConnection, SeaOrmOperationLedger};
 pub use migration::{LEDGER_TABLE, LedgerMigrator, MIGRATIONS_TABLE, ledger_migrations, migrate};
 pub use pooler::{Pooler, resolve_pooler};
 pub use sql::{in_dialect, statements};
-pub use units::SeaOrmUnitsOfWork;
+pub use units::{SeaOrmUnitsOfWork, lock_timeout_statement};

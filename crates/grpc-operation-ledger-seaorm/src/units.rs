@@ -156,7 +156,9 @@ pub(crate) async fn begin_unit(
     Ok(transaction)
 }
 
-/// PostgreSQL's `SET LOCAL lock_timeout` to `wait` (at least 1 ms: 0 would mean no bound).
-pub(crate) fn lock_timeout_statement(wait: Duration) -> String {
+/// The statement a unit of work sends right after `BEGIN` on PostgreSQL: `SET LOCAL
+/// lock_timeout` to `wait` (at least 1 ms: 0 would mean no bound). Public so that a benchmark or
+/// a reader of the statement log can send or recognise the same text.
+pub fn lock_timeout_statement(wait: Duration) -> String {
     format!("SET LOCAL lock_timeout = '{}ms'", wait.as_millis().max(1))
 }
