@@ -38,6 +38,9 @@ enum Only {
     /// SQLite's figures: the adapter's keyed and business units, the same through SQLite's C
     /// library, and the end-to-end calls (no server).
     Sqlite,
+    /// MariaDB's figures (`MARIADB_URL`): keyed and business units, and the same run by
+    /// mariadb-slap.
+    Mariadb,
     /// A duplicate's answer (the claim of a committed identity, and a resend's read first)
     /// next to a primary-key read, on PostgreSQL.
     Replay,
@@ -57,6 +60,13 @@ async fn main() -> anyhow::Result<()> {
     let plan = if quick { Plan::quick() } else { Plan::full() };
     if let Some(Only::RetryLayer) = only {
         let figures = retry_layer_overhead(&plan).await?;
+        println!("{}", grpc_ledger_bench::table(&figures));
+        return Ok(());
+    }
+    if let Some(Only::Mariadb) = only {
+        let url = std::env::var("MARIADB_URL")
+            .context("MARIADB_URL names the MariaDB to measure (`cargo xtask mariadb url`)")?;
+        let figures = mariadb_family("mariadb", &[url], &plan).await?;
         println!("{}", grpc_ledger_bench::table(&figures));
         return Ok(());
     }

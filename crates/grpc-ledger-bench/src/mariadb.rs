@@ -2,7 +2,8 @@
 
 use super::*;
 
-/// Keyed against business writes on MariaDB: one server (`urls` of one node) or a Galera
+/// Keyed against business writes on MariaDB (on one server, next to the same units run by
+/// mariadb-slap: [`slap_limit`]): one server (`urls` of one node) or a Galera
 /// cluster (every node's URL; client `n` writes through node `n % nodes`), at each client count
 /// of `plan`. `label` names the store in the figures. Both variants begin their units as the
 /// guard does (through `SeaOrmUnitsOfWork`, READ COMMITTED), so they differ only by the ledger's
@@ -95,6 +96,37 @@ pub async fn mariadb_family(label: &str, urls: &[String], plan: &Plan) -> Result
             figure(at("keyed p50"), "ms", keyed.p50_ms),
             figure(at("keyed p99"), "ms", keyed.p99_ms),
         ]);
+        // The store's own limit, on one server (mariadb-slap drives one host).
+        if let [server] = urls {
+            let units = ((business.ops_per_second * plan.seconds.as_secs_f64()) as usize / clients)
+                .max(100);
+            let (slap_business, slap_keyed) =
+                slap_limit(&database_url(server, &name)?, clients, units)?;
+            let slap_business_fig = figure(at("slap business ops/s"), "ops/s", slap_business);
+            let slap_keyed_fig = figure(at("slap keyed ops/s"), "ops/s", slap_keyed);
+            figures.extend([
+                compared(
+                    at("slap keyed vs business"),
+                    "ops/s",
+                    slap_keyed,
+                    &slap_business_fig,
+                ),
+                compared(
+                    at("keyed vs slap keyed"),
+                    "ops/s",
+                    keyed.ops_per_second,
+                    &slap_keyed_fig,
+                ),
+                compared(
+                    at("business vs slap business"),
+                    "ops/s",
+                    business.ops_per_second,
+                    &slap_business_fig,
+                ),
+                slap_business_fig,
+                slap_keyed_fig,
+            ]);
+        }
         eprintln!("measured {label} at {clients} client(s)");
     }
     for units in nodes.iter() {
@@ -104,4 +136,140 @@ pub async fn mariadb_family(label: &str, urls: &[String], plan: &Plan) -> Result
         .execute_unprepared(&format!("DROP DATABASE IF EXISTS {name}"))
         .await?;
     Ok(figures)
+}
+
+/// MariaDB's own limit for the ledger's shape, as pgbench gives PostgreSQL's: the adapter's claim
+/// and transition run by `mariadb-slap` (MariaDB's load generator, from `mariadb-client`) next to
+/// the business insert alone, `clients` connections each running `units` units of work.
+/// Operations per second of the business unit, then of the keyed unit.
+///
+/// Each unit begins with one `SET` of its session variables (the key, the caller, the identity's
+/// digest), in the place of the `SET TRANSACTION ISOLATION LEVEL` round trip that sea-orm sends
+/// before each of the adapter's units; every connection runs at READ COMMITTED (`--init-command`),
+/// as the guard's units do. The keyed unit is then the guard's: `BEGIN`, the claim with its wait
+/// bound, the business insert, the transition, `COMMIT`. mariadb-slap cannot carry the version the
+/// claim returned into the transition, so the transition names it by a subquery on the digest
+/// (one more primary-key lookup inside the statement, no round trip).
+pub(crate) fn slap_limit(url: &str, clients: usize, units: usize) -> Result<(f64, f64)> {
+    let [(_, claim), _, _, (_, commit), ..] = statements(DbBackend::MySql).context("MariaDB")?;
+    let [(_, claim_order), _, _, (_, commit_order), ..] =
+        statements(DbBackend::Postgres).context("PostgreSQL")?;
+    let claim = bind_in_order(
+        claim,
+        claim_order,
+        &[
+            "@d",
+            "@c",
+            &format!("'{METHOD}'"),
+            "UNHEX(@h)",
+            "UNHEX(SHA2(CONCAT('r', @k), 256))",
+            "30000",
+            "7",
+        ],
+    )?;
+    let commit = bind_in_order(
+        commit,
+        commit_order,
+        &[
+            "@d",
+            "(SELECT v FROM (SELECT version AS v FROM grpc_operation_ledger \
+             WHERE identity_digest = @d) AS claimed)",
+            "@k",
+        ],
+    )?;
+    let business = in_dialect(DbBackend::MySql, BUSINESS_INSERT)
+        .context("MariaDB")?
+        .replacen('?', "@k", 1)
+        .replacen('?', "1", 1);
+    let keys = "SET @k = UUID(), @c = SHA2(CONCAT('c', FLOOR(RAND() * 8)), 256), \
+                @h = SHA2(@k, 256), \
+                @d = UNHEX(SHA2(CONCAT(@c, '|', '{METHOD}', '|', @h), 256))"
+        .replace("{METHOD}", METHOD);
+    let keyed_unit = [
+        keys.as_str(),
+        "BEGIN",
+        &format!(
+            "SET STATEMENT max_statement_time={:.3} FOR {claim}",
+            LedgerConfig::default().claim_wait.as_secs_f64()
+        ),
+        &business,
+        &commit,
+        "COMMIT",
+    ];
+    let business_unit = ["SET @k = UUID()", "BEGIN", &business, "COMMIT"];
+    if keyed_unit.iter().any(|statement| statement.contains(';')) {
+        bail!("a statement holds mariadb-slap's delimiter");
+    }
+    let url = url::Url::parse(url).context("the MariaDB URL")?;
+    let slap = |unit: &[&str]| -> Result<f64> {
+        let output = Command::new("mariadb-slap")
+            .arg("--no-defaults")
+            .arg(format!("--host={}", url.host_str().unwrap_or("127.0.0.1")))
+            .arg(format!("--port={}", url.port().unwrap_or(3306)))
+            .arg(format!("--user={}", url.username()))
+            .arg(format!("--password={}", url.password().unwrap_or_default()))
+            .arg(format!("--create-schema={}", url.path().trim_matches('/')))
+            .arg("--no-drop")
+            .arg("--init-command=SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
+            .arg(format!("--concurrency={clients}"))
+            .arg("--iterations=1")
+            // The total of all clients', counted in statements.
+            .arg(format!(
+                "--number-of-queries={}",
+                clients * units * unit.len()
+            ))
+            .arg("--delimiter=;")
+            .arg(format!("--query={}", unit.join(";")))
+            .output()
+            .context("running mariadb-slap (Debian's mariadb-client)")?;
+        let text = String::from_utf8_lossy(&output.stdout);
+        let seconds = text
+            .lines()
+            .find_map(|l| {
+                l.trim()
+                    .strip_prefix("Average number of seconds to run all queries:")
+            })
+            .and_then(|rest| rest.split_whitespace().next())
+            .and_then(|v| v.parse::<f64>().ok())
+            .filter(|seconds| *seconds > 0.0 && output.status.success());
+        match seconds {
+            Some(seconds) => Ok((clients * units) as f64 / seconds),
+            None => bail!(
+                "mariadb-slap failed: {text}{}",
+                String::from_utf8_lossy(&output.stderr)
+            ),
+        }
+    };
+    Ok((slap(&business_unit)?, slap(&keyed_unit)?))
+}
+
+/// `text` (placeholders `?`, in order) with each `?` replaced by the expression of the parameter
+/// it stands for: `template` is the same statement with numbered placeholders (`$n`, PostgreSQL's
+/// rendering), whose order of appearance says which parameter each `?` is; `values[n - 1]` is
+/// parameter `n`. Numbers past `values` (PostgreSQL's wait bound) have no `?`.
+fn bind_in_order(text: &str, template: &str, values: &[&str]) -> Result<String> {
+    let mut order = Vec::new();
+    let mut rest = template;
+    while let Some(at) = rest.find('$') {
+        let digits: String = rest[at + 1..]
+            .chars()
+            .take_while(char::is_ascii_digit)
+            .collect();
+        rest = &rest[at + 1 + digits.len()..];
+        if let Ok(n) = digits.parse::<usize>() {
+            if (1..=values.len()).contains(&n) {
+                order.push(n);
+            }
+        }
+    }
+    let pieces: Vec<&str> = text.split('?').collect();
+    if pieces.len() != order.len() + 1 {
+        bail!("the MariaDB statement's placeholders do not match its template's: {text}");
+    }
+    let mut bound = pieces[0].to_owned();
+    for (n, piece) in order.iter().zip(&pieces[1..]) {
+        bound.push_str(values[n - 1]);
+        bound.push_str(piece);
+    }
+    Ok(bound)
 }
