@@ -287,6 +287,22 @@ pub async fn run_all(url: &str, plan: &Plan) -> Result<Vec<Figure>> {
     Ok(figures)
 }
 
+/// Only the end-to-end gRPC figures on PostgreSQL (`grpc-ledger-bench --only e2e`), on a fresh
+/// database of the PostgreSQL at `url`, with statements cached as in the full run.
+pub async fn end_to_end_cost(url: &str, plan: &Plan) -> Result<Vec<Figure>> {
+    let bench_db = BenchDatabase::create(url).await?;
+    let max_clients = plan.clients.iter().copied().max().unwrap_or(1) as u32;
+    let config = LedgerConfig::default()
+        .with_max_connections(max_clients + 2)
+        .with_pooler(Pooler::None);
+    let db = connect_postgres(&bench_db.url, &config).await?;
+    grpc_operation_ledger_seaorm::migrate(&db).await?;
+    let figures = e2e::end_to_end("postgres", &db, &config, plan).await?;
+    db.close().await?;
+    bench_db.drop_it().await?;
+    Ok(figures)
+}
+
 /// Only what surviving any pooler costs (`grpc-ledger-bench --only pooler`), on a fresh database
 /// of the PostgreSQL at `url`.
 pub async fn pooler_cost(url: &str, plan: &Plan) -> Result<Vec<Figure>> {

@@ -41,6 +41,9 @@ enum Only {
     /// MariaDB's figures (`MARIADB_URL`): keyed and business units, and the same run by
     /// mariadb-slap.
     Mariadb,
+    /// The end-to-end gRPC figures on PostgreSQL: unguarded, claim-first, write-once and through
+    /// the executor.
+    E2e,
     /// A duplicate's answer (the claim of a committed identity, and a resend's read first)
     /// next to a primary-key read, on PostgreSQL.
     Replay,
@@ -77,6 +80,11 @@ async fn main() -> anyhow::Result<()> {
     }
     let url =
         database_url.context("DATABASE_URL (or --database-url) names the PostgreSQL to measure")?;
+    if let Some(Only::E2e) = only {
+        let figures = grpc_ledger_bench::end_to_end_cost(&url, &plan).await?;
+        println!("{}", grpc_ledger_bench::table(&figures));
+        return Ok(());
+    }
     if let Some(Only::Pooler) = only {
         let figures = grpc_ledger_bench::pooler_cost(&url, &plan).await?;
         println!("{}", grpc_ledger_bench::table(&figures));

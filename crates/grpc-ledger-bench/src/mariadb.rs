@@ -256,10 +256,10 @@ fn bind_in_order(text: &str, template: &str, values: &[&str]) -> Result<String> 
             .take_while(char::is_ascii_digit)
             .collect();
         rest = &rest[at + 1 + digits.len()..];
-        if let Ok(n) = digits.parse::<usize>() {
-            if (1..=values.len()).contains(&n) {
-                order.push(n);
-            }
+        if let Ok(n) = digits.parse::<usize>()
+            && (1..=values.len()).contains(&n)
+        {
+            order.push(n);
         }
     }
     let pieces: Vec<&str> = text.split('?').collect();

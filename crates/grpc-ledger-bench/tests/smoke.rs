@@ -17,6 +17,8 @@ async fn the_harness_runs_every_group_and_reports_ratios() {
         "replay: claim of a committed identity p50",
         "growth: claim p50 at 200 rows",
         "sqlite: keyed, one writer",
+        "sqlite: C library keyed vs business, one writer",
+        "write c=2 pgbench keyed without the unit's lock bound vs business",
         "e2e postgres guarded ops/s @2",
         "e2e postgres guarded write-once ops/s @2",
         "write c=2 keyed write-once vs claim-first",
@@ -65,5 +67,13 @@ async fn the_mariadb_group_runs_on_one_server_and_on_the_cluster() {
             keyed.ratio.is_some(),
             "{label}: keyed is compared with business"
         );
+        // mariadb-slap's limit, on the single server.
+        if label == "mariadb" {
+            let slap = figures
+                .iter()
+                .find(|f| f.name == "mariadb slap keyed vs business @2")
+                .unwrap_or_else(|| panic!("no mariadb-slap figure: {figures:?}"));
+            assert!(slap.value > 0.0 && slap.ratio.is_some(), "{slap:?}");
+        }
     }
 }
