@@ -854,6 +854,13 @@ async fn growth(db: &DatabaseConnection, plan: &Plan) -> Result<Vec<Figure>> {
     Ok(figures)
 }
 
+/// Removes a SQLite file of the bench's with its WAL and shared-memory files.
+fn remove_sqlite_file(file: &Path) {
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", file.display()));
+    }
+}
+
 /// Only SQLite's figures (`grpc-ledger-bench --only sqlite`): no server needed.
 pub async fn sqlite_cost(plan: &Plan) -> Result<Vec<Figure>> {
     sqlite(plan).await
@@ -884,9 +891,7 @@ async fn sqlite(plan: &Plan) -> Result<Vec<Figure>> {
     let end_to_end = e2e::end_to_end("sqlite", &db, &LedgerConfig::default(), plan).await?;
     db.close().await?;
     let (c_business, c_keyed) = sqlite_c::c_library_limit(plan.seconds).await?;
-    for suffix in ["", "-wal", "-shm"] {
-        let _ = std::fs::remove_file(format!("{}{suffix}", file.display()));
-    }
+    remove_sqlite_file(&file);
     let base = figure(
         "sqlite: business, one writer".into(),
         "ops/s",

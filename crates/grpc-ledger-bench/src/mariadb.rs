@@ -102,6 +102,16 @@ pub async fn mariadb_family(label: &str, urls: &[String], plan: &Plan) -> Result
                 .max(100);
             let (slap_business, slap_keyed) =
                 slap_limit(&database_url(server, &name)?, clients, units)?;
+            // slap does not look at what a statement changed: every claim it made must have
+            // been finished by its transition.
+            let unfinished = count(
+                nodes[0].connection(),
+                "SELECT COUNT(*) FROM grpc_operation_ledger WHERE state = 'IN_PROGRESS'",
+            )
+            .await?;
+            if unfinished != 0 {
+                bail!("mariadb-slap left {unfinished} claims unfinished");
+            }
             let slap_business_fig = figure(at("slap business ops/s"), "ops/s", slap_business);
             let slap_keyed_fig = figure(at("slap keyed ops/s"), "ops/s", slap_keyed);
             figures.extend([

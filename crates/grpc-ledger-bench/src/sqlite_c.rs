@@ -97,9 +97,7 @@ pub(crate) async fn c_library_limit(seconds: Duration) -> Result<(f64, f64)> {
         })
     };
     let measured = run("business").and_then(|business| Ok((business, run("keyed")?)));
-    for suffix in ["", "-wal", "-shm"] {
-        let _ = std::fs::remove_file(format!("{}{suffix}", file.display()));
-    }
+    remove_sqlite_file(&file);
     let _ = std::fs::remove_file(&statements_file);
     measured
 }

@@ -110,8 +110,9 @@ pub async fn open_sqlite(path: &Path, config: &LedgerConfig) -> Result<DatabaseC
 /// [`Pooler::None`], and what the ledger does on the pool follows from the pool, so one setting
 /// decides it, here. Does not apply migrations: a deployment applies them with
 /// [`migrate`](crate::migrate) when it chooses. A pooled connection is pinged before it is handed
-/// out only when it has been idle for 30 s or more; a busy one that was cut fails its next unit
-/// as UNAVAILABLE, and the retry gets a new connection.
+/// out only when it has been idle for 30 s or more; a busy one that was cut is found by the `BEGIN`
+/// of a unit of work (`SeaOrmUnitsOfWork`), which is then sent again on another connection. A
+/// statement sent on the pool outside a unit finds a cut connection as UNAVAILABLE.
 pub async fn connect_postgres(
     url: &str,
     config: &LedgerConfig,
@@ -238,10 +239,9 @@ fn pool_options(options: &mut ConnectOptions, config: &LedgerConfig) {
 /// work (one of a keyed call's seven, one of a plain write's four), and on a busy pool it only
 /// ever finds connections alive. One idle this long may have been cut by the server, a pooler or
 /// a firewall while no one looked, so it is pinged and replaced if dead. A busy connection cut
-/// (a server restart, a killed session) fails its unit's first statement instead: the call is
-/// answered UNAVAILABLE (connection lost), nothing of the unit was written, and the caller
-/// retries with the same key on a new connection (`tests/pool.rs`). A SQLite connection is a
-/// file handle that nothing can cut, and is never pinged.
+/// (a server restart, a killed session) is found by its unit's `BEGIN` instead, which took no
+/// effect and is sent again on another connection (`begin_unit`, `tests/pool.rs`). A SQLite
+/// connection is a file handle that nothing can cut, and is never pinged.
 const PING_WHEN_IDLE_FOR: Duration = Duration::from_secs(30);
 
 /// The URL of database `database` on the server `server_url` names: its path replaced, its

@@ -35,6 +35,20 @@ pub(crate) fn map_db_err(error: DbErr, phase: Phase) -> LedgerError {
     }
 }
 
+/// Whether `error`, from sending a statement on a pooled connection, says that the connection was
+/// dead (cut by a server restart, a killed session or a pooler): the store reports the connection
+/// lost, and the failure came from the statement, not from acquiring or opening a connection (the
+/// store itself out of reach, where another try would only wait again).
+pub(crate) fn found_dead_connection(error: &DbErr) -> bool {
+    matches!(error, DbErr::Exec(_) | DbErr::Query(_))
+        && matches!(
+            map_db_err(error.clone(), Phase::Other),
+            LedgerError::Unavailable {
+                kind: UnavailableKind::ConnectionLost
+            }
+        )
+}
+
 fn kind_of(error: &DbErr) -> &'static str {
     match error {
         DbErr::TryIntoErr { .. } | DbErr::Type(_) => "type conversion",

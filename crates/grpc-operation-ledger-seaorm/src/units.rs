@@ -9,7 +9,7 @@ use sea_orm::{
     SqliteTransactionMode, TransactionOptions, TransactionTrait,
 };
 
-use crate::error::{Phase, map_db_err};
+use crate::error::{Phase, found_dead_connection, map_db_err};
 use crate::{LedgerConfig, SeaOrmOperationLedger};
 
 /// Begins SeaORM transactions on a pool and binds the ledger to each, so that a guard runs the
@@ -121,6 +121,13 @@ impl LedgerUnitsOfWork for SeaOrmUnitsOfWork {
 /// lock_timeout`), sent right after `BEGIN`: a statement takes its lock on the table while it is
 /// parsed, before anything in it runs, so a bound set inside the claim statement itself cannot
 /// cut a wait for a lock on the whole table (DDL, `LOCK TABLE`, `VACUUM FULL`).
+///
+/// A pooled connection is handed out without a ping while it is busy (see `connect_postgres`),
+/// so one cut behind the pool's back (a server restart, a killed session, a pooler restart) is
+/// found by the unit's `BEGIN`. That `BEGIN` took no effect anywhere, so it is sent again on
+/// another connection: at most once for each connection the pool can hold, since the pool drops
+/// each dead one as its `BEGIN` fails. A connection that cannot be opened at all ends the unit at
+/// once, as UNAVAILABLE.
 pub(crate) async fn begin_unit(
     db: &DatabaseConnection,
     options: TransactionOptions,
@@ -131,10 +138,24 @@ pub(crate) async fn begin_unit(
     // that pooled connection would run inside it (PostgreSQL) or fail to set its isolation level
     // (MariaDB's error 1568). A begun transaction whose caller is gone is rolled back on drop.
     let drops_others_statements = !crate::connect::caches_statements(db);
+    let dead_connections_to_pass_over = pooled_connections(db);
     let db = db.clone();
-    let transaction = tokio::spawn(async move { db.begin_with_options(options).await })
-        .await
-        .map_err(|error| DbErr::Custom(format!("beginning a unit of work: {error}")))??;
+    let transaction = tokio::spawn(async move {
+        let mut passed_over = 0;
+        loop {
+            match db.begin_with_options(options).await {
+                Err(error)
+                    if found_dead_connection(&error)
+                        && passed_over < dead_connections_to_pass_over =>
+                {
+                    passed_over += 1;
+                }
+                begun => return begun,
+            }
+        }
+    })
+    .await
+    .map_err(|error| DbErr::Custom(format!("beginning a unit of work: {error}")))??;
     if transaction.get_database_backend() != DbBackend::Postgres {
         return Ok(transaction);
     }
@@ -154,6 +175,21 @@ pub(crate) async fn begin_unit(
         }
     }
     Ok(transaction)
+}
+
+/// How many connections `db`'s pool can hold (none for SQLite, whose connections nothing cuts).
+fn pooled_connections(db: &DatabaseConnection) -> u32 {
+    match db.get_database_backend() {
+        DbBackend::Postgres => db
+            .get_postgres_connection_pool()
+            .options()
+            .get_max_connections(),
+        DbBackend::MySql => db
+            .get_mysql_connection_pool()
+            .options()
+            .get_max_connections(),
+        _ => 0,
+    }
 }
 
 /// The statement a unit of work sends right after `BEGIN` on PostgreSQL: `SET LOCAL
