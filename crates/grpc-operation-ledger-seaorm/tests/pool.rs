@@ -5,13 +5,11 @@
 
 mod common;
 
-use common::{Store, config, config_for, fresh, identity, lease};
+use common::{Store, config_for, fresh, identity, lease};
 use grpc_core_api::{
     ClaimOutcome, LedgerError, LedgerUnitsOfWork, OutcomeReference, RequestFingerprint,
 };
-use grpc_operation_ledger_seaorm::{
-    SeaOrmUnitsOfWork, connect_mysql, connect_postgres, open_sqlite,
-};
+use grpc_operation_ledger_seaorm::{SeaOrmUnitsOfWork, connect_mysql, connect_postgres};
 use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, Statement};
 use std::time::{Duration, Instant};
 
@@ -220,11 +218,6 @@ async fn mariadb_connections_cut_while_busy_are_passed_over() {
 
 #[tokio::test]
 async fn a_sqlite_pool_never_pings() {
-    let file = std::env::temp_dir().join(format!("pool-ping-{}.sqlite", std::process::id()));
-    let db = open_sqlite(&file, &config()).await.unwrap();
-    assert!(!pings_every_acquire(&db));
-    db.close().await.unwrap();
-    for suffix in ["", "-wal", "-shm"] {
-        let _ = std::fs::remove_file(format!("{}{suffix}", file.display()));
-    }
+    let t = fresh(Store::Sqlite).await;
+    assert!(!pings_every_acquire(&t.db));
 }
