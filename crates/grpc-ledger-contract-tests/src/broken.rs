@@ -45,4 +45,7 @@ pub enum Defect {
     /// still in progress count as waiting for purge (and gauges show a backlog purge can never
     /// clear).
     CensusCountsInProgressAsPurgeable,
+    /// Purge deletes on a connection of its own instead of in the caller's unit of work, so a
+    /// rolled-back purge has deleted anyway.
+    PurgeOutsideTheUnit,
 }

@@ -200,6 +200,17 @@ async fn the_suite_catches_a_census_counting_in_progress_as_purgeable() {
     );
 }
 
+/// A purge on a connection of its own deletes even when the caller's unit rolls back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_suite_catches_a_purge_outside_the_unit() {
+    let report = caught_for(Defect::PurgeOutsideTheUnit).await;
+    assert_caught_for(
+        &report,
+        "purge_in_a_unit_rolls_back_with_it",
+        "no-transaction-of-its-own",
+    );
+}
+
 /// Every case's failure names its rule, its step and (where there is one) the identity.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn failures_name_the_rule_the_step_and_the_identity() {

@@ -423,27 +423,47 @@ impl GrpcOperationLedger for InMemoryOperationLedger {
         let completed_before = SystemTime::now()
             .checked_sub(retention)
             .unwrap_or(SystemTime::UNIX_EPOCH);
-        let mut committed = self.shared.committed();
-        let doomed: Vec<String> = committed
-            .rows
-            .iter()
-            .filter(|(key, row)| {
-                let old = match row.completed_at() {
-                    Some(at) => at < completed_before,
-                    None if self.shared.defect == Some(Defect::PurgeInProgress) => {
-                        row.lease_expires_at < completed_before
-                    }
-                    None => false,
-                };
-                old && !committed.locks.contains_key(*key)
+        let outside = InMemoryOperationLedger {
+            shared: Arc::clone(&self.shared),
+            unit: None,
+        };
+        let ledger = if self.shared.defect == Some(Defect::PurgeOutsideTheUnit) {
+            &outside
+        } else {
+            self
+        };
+        ledger
+            .in_unit(async |unit| {
+                // A delete in the unit, as a store's: the rows stay until it commits, locked against
+                // every other unit, and come back on rollback. A row another unit holds is left for
+                // a later purge.
+                let mut committed = self.shared.committed();
+                let mut pending = unit.pending();
+                let doomed: Vec<String> = committed
+                    .rows
+                    .iter()
+                    .filter(|(key, row)| {
+                        let old = match row.completed_at() {
+                            Some(at) => at < completed_before,
+                            None if self.shared.defect == Some(Defect::PurgeInProgress) => {
+                                row.lease_expires_at < completed_before
+                            }
+                            None => false,
+                        };
+                        old && !committed.locks.contains_key(*key)
+                            && !pending.rows.contains_key(*key)
+                            && !pending.deleted.contains(*key)
+                    })
+                    .map(|(key, _)| key.clone())
+                    .take(limit.get() as usize)
+                    .collect();
+                for key in &doomed {
+                    committed.locks.insert(key.clone(), unit.id);
+                }
+                pending.deleted.extend(doomed.iter().cloned());
+                Ok(doomed.len() as u64)
             })
-            .map(|(key, _)| key.clone())
-            .take(limit.get() as usize)
-            .collect();
-        for key in &doomed {
-            committed.rows.remove(key);
-        }
-        Ok(doomed.len() as u64)
+            .await
     }
 
     fn durability(&self) -> LedgerDurability {

@@ -1,7 +1,7 @@
 //! Units of work: writes kept apart until commit, gone on rollback, and a "connection" that can
 //! be killed.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -17,6 +17,8 @@ use crate::store::{InMemoryStore, Shared};
 pub(crate) struct Pending {
     pub(crate) rows: HashMap<String, OperationRecord>,
     pub(crate) business: Vec<String>,
+    /// Rows this unit deleted (locked by it until it ends).
+    pub(crate) deleted: HashSet<String>,
 }
 
 pub(crate) struct UnitState {
@@ -31,9 +33,14 @@ pub(crate) struct UnitState {
 impl UnitState {
     /// The row as this unit sees it: its own uncommitted write, or the committed row.
     pub(crate) fn visible(&self, shared: &Shared, key: &str) -> Option<OperationRecord> {
-        if let Some(own) = self.pending().rows.get(key) {
+        let pending = self.pending();
+        if let Some(own) = pending.rows.get(key) {
             return Some(own.clone());
         }
+        if pending.deleted.contains(key) {
+            return None;
+        }
+        drop(pending);
         shared.committed().rows.get(key).cloned()
     }
 
@@ -83,6 +90,9 @@ impl InMemoryUnit {
         let pending = std::mem::take(&mut *self.state.pending());
         {
             let mut committed = self.shared.committed();
+            for key in &pending.deleted {
+                committed.rows.remove(key);
+            }
             committed.rows.extend(pending.rows);
             committed.business.extend(pending.business);
         }

@@ -19,11 +19,15 @@ struct Pay {
 }
 
 fn guard(store: &InMemoryStore) -> KeyedMutationGuard<InMemoryStore> {
+    guard_on(store.clone())
+}
+
+fn guard_on<U: LedgerUnitsOfWork + 'static>(units: U) -> KeyedMutationGuard<U> {
     let descriptors = protox::compile(["guarded.proto"], ["tests/proto"]).unwrap();
     let schema =
         RequestSchema::from_file_descriptor_set(&prost::Message::encode_to_vec(&descriptors))
             .unwrap();
-    KeyedMutationGuard::new(store.clone(), GuardConfig::new(KeyHasher::Sha256, schema))
+    KeyedMutationGuard::new(units, GuardConfig::new(KeyHasher::Sha256, schema))
 }
 
 fn method() -> GrpcMethod {
@@ -59,9 +63,11 @@ async fn paid(guard: &KeyedMutationGuard<InMemoryStore>, tag: &str, count: usize
     }
 }
 
-fn identity(key: &str) -> GrpcOperationIdentity {
+/// The identity of `key` for the caller `principal`: `paid` pays as `tenant-a`, `in_progress`
+/// claims as `tenant-b`.
+fn identity(principal: &[u8], key: &str) -> GrpcOperationIdentity {
     GrpcOperationIdentity::new(
-        CallerFingerprint::from_principal(b"tenant-b"),
+        CallerFingerprint::from_principal(principal),
         method(),
         KeyHasher::Sha256.hash(&IdempotencyKey::parse(key).unwrap()),
     )
@@ -73,18 +79,28 @@ async fn in_progress(store: &InMemoryStore, key: &str) {
     let lease = LeaseDuration::new(Duration::from_millis(1)).unwrap();
     let claim = unit
         .ledger()
-        .claim(&identity(key), &RequestFingerprint::of(b"r"), lease)
+        .claim(
+            &identity(b"tenant-b", key),
+            &RequestFingerprint::of(b"r"),
+            lease,
+        )
         .await
         .unwrap();
     assert!(matches!(claim, ClaimOutcome::Claimed { .. }));
     unit.commit_unit();
 }
 
-async fn rows(store: &InMemoryStore, keys: &[String]) -> usize {
+async fn rows(store: &InMemoryStore, principal: &[u8], keys: &[String]) -> usize {
     let unit = store.begin_unit();
     let mut found = 0;
     for key in keys {
-        if unit.ledger().find(&identity(key)).await.unwrap().is_some() {
+        if unit
+            .ledger()
+            .find(&identity(principal, key))
+            .await
+            .unwrap()
+            .is_some()
+        {
             found += 1;
         }
     }
@@ -116,7 +132,7 @@ async fn a_pass_deletes_finished_operations_past_retention_in_batches_and_keeps_
     );
     assert!(!pass.backlogged);
     // An operation in progress is never purged, however old: its owner may still commit.
-    assert_eq!(rows(&store, &["stuck".to_owned()]).await, 1);
+    assert_eq!(rows(&store, b"tenant-b", &["stuck".to_owned()]).await, 1);
     assert_eq!(worker.run_once().await.unwrap().purged, 0);
     let stats = worker.stats();
     assert_eq!(
@@ -164,6 +180,95 @@ async fn workers_on_every_replica_delete_each_row_once() {
         purged += replica.await.unwrap();
     }
     assert_eq!(purged, 40);
+}
+
+/// The in-memory store, with its next `conflicts` commits aborted as conflicting with another
+/// unit (what InnoDB answers to one of two replicas' deletes that deadlocked, or Galera to a
+/// write set that failed certification): the unit is rolled back and took no effect.
+struct AbortingCommits {
+    store: InMemoryStore,
+    conflicts: std::sync::atomic::AtomicU32,
+}
+
+#[async_trait::async_trait]
+impl LedgerUnitsOfWork for AbortingCommits {
+    type Transaction = InMemoryUnit;
+
+    async fn begin(&self) -> Result<Self::Transaction, LedgerError> {
+        LedgerUnitsOfWork::begin(&self.store).await
+    }
+
+    fn ledger<'t>(&self, transaction: &'t Self::Transaction) -> Box<dyn GrpcOperationLedger + 't> {
+        LedgerUnitsOfWork::ledger(&self.store, transaction)
+    }
+
+    async fn commit(&self, transaction: Self::Transaction) -> Result<(), LedgerError> {
+        use std::sync::atomic::Ordering;
+        let abort = self
+            .conflicts
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |left| {
+                left.checked_sub(1)
+            })
+            .is_ok();
+        if abort {
+            LedgerUnitsOfWork::rollback(&self.store, transaction).await?;
+            return Err(LedgerError::unavailable(
+                UnavailableKind::SerializationFailure,
+            ));
+        }
+        LedgerUnitsOfWork::commit(&self.store, transaction).await
+    }
+
+    async fn rollback(&self, transaction: Self::Transaction) -> Result<(), LedgerError> {
+        LedgerUnitsOfWork::rollback(&self.store, transaction).await
+    }
+
+    fn durability(&self) -> LedgerDurability {
+        LedgerUnitsOfWork::durability(&self.store)
+    }
+}
+
+#[tokio::test]
+async fn a_batch_the_store_aborts_as_a_conflict_is_sent_again_within_the_pass() {
+    let store = InMemoryStore::new(Duration::from_millis(50));
+    paid(&guard(&store), "conflict", 9).await;
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let config = RetentionConfig::new(Duration::from_millis(10)).with_batch(batch(4));
+    let aborting = |conflicts| {
+        guard_on(AbortingCommits {
+            store: store.clone(),
+            conflicts: std::sync::atomic::AtomicU32::new(conflicts),
+        })
+        .retention_worker(config)
+    };
+
+    // Three aborts in a row: the first batch goes through on its fourth sending, and the pass
+    // deletes every finished operation, each once.
+    let worker = aborting(3);
+    let pass = worker
+        .run_once()
+        .await
+        .expect("the pass goes through the conflicts");
+    assert_eq!((pass.purged, pass.backlogged), (9, false));
+    assert_eq!(rows(&store, b"tenant-a", &keys("conflict", 9)).await, 0);
+    assert_eq!(worker.stats().failed_passes(), 0);
+
+    // A batch aborted on every sending fails the pass, with the store's answer, and deletes
+    // nothing.
+    paid(&guard(&store), "always", 5).await;
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let worker = aborting(u32::MAX);
+    let failed = worker.run_once().await.expect_err("every sending aborted");
+    assert_eq!(
+        failed,
+        LedgerError::unavailable(UnavailableKind::SerializationFailure)
+    );
+    assert_eq!(worker.stats().failed_passes(), 1);
+    assert_eq!(rows(&store, b"tenant-a", &keys("always", 5)).await, 5);
+}
+
+fn keys(tag: &str, count: usize) -> Vec<String> {
+    (0..count).map(|n| format!("{tag}-{n}")).collect()
 }
 
 #[tokio::test]

@@ -503,6 +503,7 @@ suite!(
     claims_are_bounded_behind_a_table_lock,
     killed_connection_is_unavailable_and_retry_succeeds,
     purge_deletes_only_old_finished_rows,
+    purge_in_a_unit_rolls_back_with_it,
     census_counts_by_the_stores_clock,
     bad_input_never_writes_a_row,
     record_finished_writes_once_and_replays,

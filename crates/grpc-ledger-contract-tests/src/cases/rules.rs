@@ -41,7 +41,8 @@ pub enum Rule {
     RenewalFenced,
     /// A renewal to the shortest lease hands the operation to the next claim at once.
     ShortestLeaseReleases,
-    /// Claim, business write and transition commit or roll back together with the caller's unit.
+    /// Claim, business write and transition commit or roll back together with the caller's unit,
+    /// and so does a purge.
     NoTransactionOfItsOwn,
     /// Concurrent claims of a new identity have exactly one owner.
     OneOwnerPerIdentity,
@@ -214,7 +215,7 @@ impl Rule {
             }
             Rule::NoTransactionOfItsOwn => {
                 "the ledger runs in the caller's unit of work: claim, business write and \
-                 transition commit or roll back together"
+                 transition commit or roll back together, and so does a purge"
             }
             Rule::OneOwnerPerIdentity => {
                 "concurrent claims of a new identity have exactly one owner (one atomic \

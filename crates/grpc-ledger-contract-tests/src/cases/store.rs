@@ -158,6 +158,47 @@ pub async fn purge_deletes_only_old_finished_rows<F: LedgerFixture>(fixture: &F)
     at_store(Rule::PurgeOnlyOldFinished, "count the rows left").eq(store.ledger_rows().await, 3);
 }
 
+/// Rule [`Rule::NoTransactionOfItsOwn`]: a purge runs in the caller's unit of work like every
+/// other call: rolled back, the rows it deleted are there again; committed, they are gone. (The
+/// retention worker sends a batch again when the store aborts its unit; a purge that had deleted
+/// outside the unit would have taken effect anyway.)
+pub async fn purge_in_a_unit_rolls_back_with_it<F: LedgerFixture>(fixture: &F) {
+    let store = fixture.fresh_store().await;
+    let rule = Rule::NoTransactionOfItsOwn;
+    let id = identity("tenant-a", CREATE, "purged-in-a-unit");
+    claim_and_commit(&*store.autocommit(), &id, "p").await;
+    // Older than a 1 ms retention by the store's clock, whose resolution is a millisecond.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let retention = Duration::from_millis(1);
+    let limit = NonZeroU32::new(10).expect("non-zero");
+    for commit in [false, true] {
+        let (ends, purged) = if commit {
+            ("commit", "purge the old row in a unit, then commit")
+        } else {
+            ("roll back", "purge the old row in a unit, then roll back")
+        };
+        let unit = expect_ok(store.begin().await, at(rule, "begin", &id));
+        let deleted = unit.ledger().purge(retention, limit).await;
+        at(rule, purged, &id).eq(deleted, Ok(1));
+        let ended = if commit {
+            unit.commit().await
+        } else {
+            unit.rollback().await
+        };
+        expect_ok(ended, at(rule, ends, &id));
+        let found = store.autocommit().find(&id).await;
+        if commit {
+            at(rule, purged, &id).eq(found, Ok(None));
+        } else {
+            at(rule, purged, &id).check(
+                matches!(&found, Ok(Some(record)) if record.state() == OperationState::Committed),
+                "the committed row is there again",
+                format_args!("found {found:?}"),
+            );
+        }
+    }
+}
+
 /// Rule [`Rule::StoreRefusesIllegalRows`]: rows written around the adapter (a support script, a backfill) that a replay could not use are
 /// refused by the store itself; a legal one is accepted, so the refusals are the rules at work.
 pub async fn store_refuses_rows_it_could_not_replay<F: LedgerFixture>(fixture: &F) {

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use grpc_core_api::{
-    GrpcOperationLedger, LedgerCensus, LedgerError, LedgerUnitsOfWork, UnitPerCall,
+    GrpcOperationLedger, LedgerCensus, LedgerError, LedgerUnitsOfWork, UnavailableKind, UnitPerCall,
 };
 use grpc_policy::{RandomSource, SplitMix64};
 
@@ -123,6 +123,17 @@ impl RetentionStats {
     }
 }
 
+/// How many times one batch is sent while the store aborts it as conflicting with another unit
+/// (InnoDB's deadlock between two replicas' deletes on the same index range, a Galera
+/// certification failure, PostgreSQL's 40001/40P01): a purge is a conditional delete, so sending
+/// it again can only delete what is still there to delete. A batch aborted this many times fails
+/// the pass, and the next pass tries again.
+const BATCH_ATTEMPTS: u32 = 4;
+
+/// The longest wait before a batch the store aborted is sent again, taken at random up to it so
+/// that the workers that collided do not collide again in step.
+const CONFLICT_BACKOFF: Duration = Duration::from_millis(20);
+
 /// How one pass ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RetentionPass {
@@ -138,7 +149,9 @@ pub struct RetentionPass {
 /// Safe to run on every replica at once: each batch is one conditional delete of finished rows
 /// (never an operation in progress, whatever its age) in a unit of work of its own, bounded like
 /// a claim by the store's lock wait, so workers racing on the same rows delete each once and a
-/// worker that waits too long fails its pass and tries again at the next. The age is judged by
+/// worker that waits too long fails its pass and tries again at the next. A batch the store
+/// aborts as conflicting with another worker's is sent again, a few times, within the pass. The
+/// age is judged by
 /// the store's clock, so replicas with skewed clocks agree.
 pub struct RetentionWorker<U> {
     units: Arc<U>,
@@ -189,7 +202,7 @@ where
         };
         let outcome = async {
             for batch in 1..=self.config.max_batches {
-                let deleted = self.purge_batch().await?;
+                let deleted = self.purge_batch_through_conflicts().await?;
                 pass.purged += deleted;
                 if deleted < u64::from(self.config.batch.get()) {
                     return Ok(());
@@ -244,6 +257,27 @@ where
         }
     }
 
+    /// One batch, sent again (after a short random wait) while the store aborts it as a conflict,
+    /// at most [`BATCH_ATTEMPTS`] times.
+    async fn purge_batch_through_conflicts(&self) -> Result<u64, LedgerError> {
+        let mut attempt = 1;
+        loop {
+            match self.purge_batch().await {
+                Err(LedgerError::Unavailable {
+                    kind: UnavailableKind::SerializationFailure,
+                }) if attempt < BATCH_ATTEMPTS => {
+                    attempt += 1;
+                    tracing::debug!(
+                        attempt,
+                        "a purge batch conflicted with another unit; sending it again"
+                    );
+                    tokio::time::sleep(CONFLICT_BACKOFF.mul_f64(self.next_random_unit())).await;
+                }
+                outcome => return outcome,
+            }
+        }
+    }
+
     /// One batch in a unit of work of its own.
     async fn purge_batch(&self) -> Result<u64, LedgerError> {
         let transaction = self.units.begin().await?;
@@ -268,11 +302,14 @@ where
 
     /// The wait before the next pass: `interval`, give or take a fifth.
     fn next_wait(&self) -> Duration {
-        let unit = {
-            let mut random = self.random.lock().unwrap_or_else(|p| p.into_inner());
-            random.next_unit()
-        };
-        self.config.interval.mul_f64(0.8 + 0.4 * unit)
+        self.config
+            .interval
+            .mul_f64(0.8 + 0.4 * self.next_random_unit())
+    }
+
+    fn next_random_unit(&self) -> f64 {
+        let mut random = self.random.lock().unwrap_or_else(|p| p.into_inner());
+        random.next_unit()
     }
 
     /// Runs a pass after each wait until `shutdown` completes, on a task of its own; the handle
