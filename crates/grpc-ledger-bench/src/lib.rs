@@ -33,7 +33,7 @@ use grpc_core_api::{
     OutcomeReference, RecordOutcome, RequestFingerprint, Version,
 };
 use grpc_operation_ledger_seaorm::{
-    LedgerConfig, Pooler, SeaOrmOperationLedger, SeaOrmUnitsOfWork, connect_mysql,
+    LedgerConfig, Pooler, SeaOrmOperationLedger, SeaOrmUnitsOfWork, claim_as_sent, connect_mysql,
     connect_postgres, database_url, in_dialect, lock_timeout_statement, open_sqlite, statements,
 };
 use sea_orm::sqlx::{self, postgres::PgPoolOptions};
@@ -142,8 +142,8 @@ const CLAIM_WAIT_SETTING: &str = "2000ms";
 /// The adapter's statements as a guarded call sends them (the unit's lock bound, the claim, the
 /// business insert, the transition), directly through sqlx: the adapter's ideal.
 async fn raw_op(pool: &sqlx::PgPool, caller: usize, key: &str) -> Result<()> {
-    let [(_, claim), _, _, (_, commit), ..] =
-        statements(DbBackend::Postgres).context("PostgreSQL")?;
+    let [_, _, _, (_, commit), ..] = statements(DbBackend::Postgres).context("PostgreSQL")?;
+    let claim = claim_as_sent(DbBackend::Postgres).context("PostgreSQL")?;
     let id = identity(caller, key);
     let digest = id.storage_digest().to_vec();
     let mut tx = pool.begin().await?;
@@ -152,7 +152,8 @@ async fn raw_op(pool: &sqlx::PgPool, caller: usize, key: &str) -> Result<()> {
     )))
     .execute(&mut *tx)
     .await?;
-    let version: Option<i64> = sqlx::query_scalar(claim)
+    // The claim answers `inserted` (and the fresh `version`), or the row it met.
+    let claimed: Option<(bool, Option<i64>)> = sqlx::query_as(claim)
         .bind(&digest)
         .bind(id.caller().as_str())
         .bind(id.method().as_str())
@@ -163,6 +164,7 @@ async fn raw_op(pool: &sqlx::PgPool, caller: usize, key: &str) -> Result<()> {
         .bind(CLAIM_WAIT_SETTING)
         .fetch_optional(&mut *tx)
         .await?;
+    let version = claimed.and_then(|(inserted, version)| version.filter(|_| inserted));
     let Some(version) = version else {
         bail!("a fresh key was not claimed");
     };
@@ -358,6 +360,10 @@ fn print_statements() -> Result<()> {
     for (what, sql) in statements(DbBackend::Postgres).context("PostgreSQL")? {
         eprintln!("  {what}: {sql}");
     }
+    eprintln!(
+        "  claim, as the adapter sends it: {}",
+        claim_as_sent(DbBackend::Postgres).context("PostgreSQL")?
+    );
     eprintln!("  business: {BUSINESS_INSERT}");
     eprintln!(
         "pgbench script of the keyed variant:\n{}",

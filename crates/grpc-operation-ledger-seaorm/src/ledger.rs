@@ -246,10 +246,7 @@ where
         if self.backend() == DbBackend::Postgres {
             values.push(format!("{}ms", self.claim_wait.as_millis().max(1)).into());
         }
-        let statement = self.statement(
-            sql.claim_or_read.as_ref().unwrap_or(&sql.claim_insert),
-            values,
-        );
+        let statement = self.statement(sql.claim_as_sent(), values);
         let Some(row) = self.insert_only(statement, phase).await? else {
             return Ok(Inserted::Nothing(None));
         };

@@ -76,5 +76,5 @@ pub use error::store_error;
 pub use ledger::{LedgerConnection, SeaOrmOperationLedger};
 pub use migration::{LEDGER_TABLE, LedgerMigrator, MIGRATIONS_TABLE, ledger_migrations, migrate};
 pub use pooler::{Pooler, resolve_pooler};
-pub use sql::{in_dialect, statements};
+pub use sql::{claim_as_sent, in_dialect, statements};
 pub use units::{SeaOrmUnitsOfWork, lock_timeout_statement};

@@ -235,6 +235,11 @@ enum Placeholders {
 }
 
 impl Sql {
+    /// The claim the adapter sends: the one-round-trip form where the dialect has one.
+    pub(crate) fn claim_as_sent(&self) -> &Stmt {
+        self.claim_or_read.as_ref().unwrap_or(&self.claim_insert)
+    }
+
     /// The statements for `backend`, or `None` for a store the ledger does not support.
     pub(crate) fn for_backend(backend: DbBackend) -> Option<&'static Self> {
         static POSTGRES: OnceLock<Sql> = OnceLock::new();
@@ -370,9 +375,18 @@ fn render(template: &str, style: Placeholders) -> Stmt {
     }
 }
 
+/// The claim as the adapter sends it on `backend`, for a benchmark that must send what a guarded
+/// call sends: on PostgreSQL the one-round-trip form (the insert claim of [`statements`], with the
+/// row it met read in the same statement; its columns `inserted` and `version` say which), and
+/// elsewhere the insert claim itself (MariaDB's wait bound, a prefix, is not part of it). `None`
+/// for a store the ledger does not support.
+pub fn claim_as_sent(backend: DbBackend) -> Option<&'static str> {
+    Some(Sql::for_backend(backend)?.claim_as_sent().text.as_str())
+}
+
 /// The adapter's statements on `backend`, by name, for readers and benchmarks; `None` for a store
 /// the ledger does not support. On PostgreSQL the adapter claims with the one-round-trip form of
-/// `claim` (which reads the existing row in the same statement), and on MariaDB it prefixes the
+/// `claim` (which reads the existing row in the same statement: [`claim_as_sent`]), and on MariaDB it prefixes the
 /// claim with its wait bound (`SET STATEMENT max_statement_time=...`).
 pub fn statements(backend: DbBackend) -> Option<[(&'static str, &'static str); 8]> {
     let sql = Sql::for_backend(backend)?;

@@ -8,7 +8,7 @@ use std::sync::Mutex;
 
 use common::{Store, fresh, identity, lease};
 use grpc_core_api::*;
-use grpc_operation_ledger_seaorm::SeaOrmOperationLedger;
+use grpc_operation_ledger_seaorm::{SeaOrmOperationLedger, claim_as_sent};
 use sea_orm::{
     ConnectionTrait, DatabaseConnection, DbBackend, DbErr, ExecResult, QueryResult, Statement,
     TransactionTrait,
@@ -107,6 +107,12 @@ async fn claim_emits_one_insert_on_conflict_and_never_an_update_on_the_insert_pa
         .strip_prefix("SET STATEMENT max_statement_time=2.000 FOR ")
         .filter(|_| store == Store::MariaDb)
         .unwrap_or(&insert_path[0]);
+    // What the benchmarks send as the adapter's claim is what it sent.
+    assert_eq!(
+        Some(insert),
+        claim_as_sent(t.db.get_database_backend()),
+        "the claim as sent"
+    );
     if store == Store::Postgres {
         assert!(insert.starts_with("WITH clock AS MATERIALIZED"), "{insert}");
         assert!(insert.contains("ins AS (INSERT INTO grpc_operation_ledger"));
