@@ -1,6 +1,7 @@
 //! What the guard and the executor cost per gRPC call: the demo's `CreatePayment` over tonic on
-//! loopback, its handler inserting one payment row, measured in four variants in one run:
-//! an unguarded handler (the baseline: the same insert in its own unit of work), the guarded
+//! loopback, its handler inserting one payment row, measured in five variants in one run:
+//! an unguarded handler (the baseline: the same insert in its own unit of work), the same with its
+//! unit in a task of its own as the guard runs a unit (the task's cost, apart from the ledger), the guarded
 //! handler claim-first (claim, insert, transition, commit) and write-once (insert, one record of
 //! the finished operation, commit), and the claim-first handler called through the
 //! `RetryExecutor` instead of the bare generated client. Plus the request fingerprint's cost next
@@ -37,10 +38,21 @@ use crate::{Figure, Measured, Op, Plan, compared, drive, figure};
 const CREATE_PAYMENT: &str = "/payments.v1.Payments/CreatePayment";
 
 /// The baseline: the demo's API with the same business insert in a unit of work of its own, and
-/// no ledger.
+/// no ledger. With `in_a_task`, the unit runs in a task of its own under a time bound, as the
+/// guard runs every guarded unit (`to_the_end`): what that costs a call, apart from the ledger.
 struct Unguarded {
-    units: SeaOrmUnitsOfWork,
+    units: Arc<SeaOrmUnitsOfWork>,
     next_id: AtomicU64,
+    in_a_task: bool,
+}
+
+/// The unguarded unit: the payment inserted in a unit of work of its own.
+async fn insert_in_a_unit(units: &SeaOrmUnitsOfWork, payment: &Payment) -> Result<(), Status> {
+    let txn = units.begin().await.map_err(Status::from)?;
+    insert_payment(&txn, payment)
+        .await
+        .map_err(|_| Status::unavailable("the payments store failed"))?;
+    units.commit(txn).await.map_err(Status::from)
 }
 
 #[tonic::async_trait]
@@ -56,12 +68,21 @@ impl Payments for Unguarded {
             amount_minor: request.amount_minor,
             ..Payment::default()
         };
-        let txn = self.units.begin().await.map_err(Status::from)?;
-        insert_payment(&txn, &payment)
-            .await
-            .map_err(|_| Status::unavailable("the payments store failed"))?;
-        self.units.commit(txn).await.map_err(Status::from)?;
-        Ok(Response::new(payment))
+        if !self.in_a_task {
+            insert_in_a_unit(&self.units, &payment).await?;
+            return Ok(Response::new(payment));
+        }
+        let units = Arc::clone(&self.units);
+        let unit = async move {
+            insert_in_a_unit(&units, &payment).await?;
+            Ok::<_, Status>(payment)
+        };
+        let bounded = tokio::spawn(tokio::time::timeout(Duration::from_secs(30), unit));
+        match bounded.await {
+            Ok(Ok(answer)) => answer.map(Response::new),
+            Ok(Err(_)) => Err(Status::unavailable("the unit outlived its time bound")),
+            Err(_) => Err(Status::internal("the unit's task failed")),
+        }
     }
 
     async fn resolve_payment(
@@ -160,7 +181,7 @@ async fn executor_call(client: Client, executor: Arc<RetryExecutor>, key: String
     Ok(())
 }
 
-/// The three variants at each client count of `plan`, on the store of `db` (`label` names it).
+/// The variants at each client count of `plan`, on the store of `db` (`label` names it).
 pub(crate) async fn end_to_end(
     label: &str,
     db: &DatabaseConnection,
@@ -168,9 +189,17 @@ pub(crate) async fn end_to_end(
     plan: &Plan,
 ) -> Result<Vec<Figure>> {
     grpc_ledger_payments::prepare_database(db).await?;
+    let units = Arc::new(SeaOrmUnitsOfWork::new(db.clone(), config));
     let unguarded = serve_on_loopback(Unguarded {
-        units: SeaOrmUnitsOfWork::new(db.clone(), config),
+        units: Arc::clone(&units),
         next_id: AtomicU64::new(1),
+        in_a_task: false,
+    })
+    .await?;
+    let unguarded_in_a_task = serve_on_loopback(Unguarded {
+        units,
+        next_id: AtomicU64::new(1),
+        in_a_task: true,
     })
     .await?;
     let no_faults = Arc::new(Faults::new(0.0, 0.0, Duration::ZERO, 1));
@@ -207,8 +236,14 @@ pub(crate) async fn end_to_end(
                 ))
             })
         };
-        let refused: [Arc<AtomicU64>; 3] = Default::default();
+        let refused: [Arc<AtomicU64>; 4] = Default::default();
         let base = drive(clients, plan.seconds, bare(&unguarded, "u", &refused[0])).await?;
+        let tasked = drive(
+            clients,
+            plan.seconds,
+            bare(&unguarded_in_a_task, "t", &refused[3]),
+        )
+        .await?;
         let keyed = drive(clients, plan.seconds, bare(&guarded, "g", &refused[1])).await?;
         let once = drive(clients, plan.seconds, bare(&write_once, "w", &refused[2])).await?;
         let (client, prefix, through) = (guarded.clone(), tag("e"), Arc::clone(&executor));
@@ -231,6 +266,18 @@ pub(crate) async fn end_to_end(
             "ops/s",
             keyed.ops_per_second,
             &base_fig,
+        );
+        let tasked_fig = compared(
+            at("unguarded in a task ops/s"),
+            "ops/s",
+            tasked.ops_per_second,
+            &base_fig,
+        );
+        let keyed_vs_tasked = compared(
+            at("guarded vs unguarded in a task ops/s"),
+            "ops/s",
+            keyed.ops_per_second,
+            &tasked_fig,
         );
         let once_fig = compared(
             at("guarded write-once ops/s"),
@@ -255,6 +302,8 @@ pub(crate) async fn end_to_end(
         figures.extend([
             base_fig,
             keyed_fig,
+            tasked_fig,
+            keyed_vs_tasked,
             once_fig,
             once_vs_claim_first,
             executed_fig,
@@ -265,7 +314,12 @@ pub(crate) async fn end_to_end(
             figure(at("guarded via executor p50"), "ms", executed.p50_ms),
             figure(at("guarded write-once p50"), "ms", once.p50_ms),
         ]);
-        for (variant, refused) in ["unguarded", "guarded", "guarded write-once"]
+        for (variant, refused) in [
+            "unguarded",
+            "guarded",
+            "guarded write-once",
+            "unguarded in a task",
+        ]
             .into_iter()
             .zip(&refused)
         {
