@@ -42,6 +42,8 @@ const CREATE_PAYMENT: &str = "/payments.v1.Payments/CreatePayment";
 /// guard runs every guarded unit (`to_the_end`): what that costs a call, apart from the ledger.
 struct Unguarded {
     units: Arc<SeaOrmUnitsOfWork>,
+    /// The payment ids' prefix, one for each variant: both variants write to the same table.
+    ids: &'static str,
     next_id: AtomicU64,
     in_a_task: bool,
 }
@@ -63,7 +65,11 @@ impl Payments for Unguarded {
     ) -> Result<Response<Payment>, Status> {
         let request = request.into_inner();
         let payment = Payment {
-            payment_id: format!("u-{}", self.next_id.fetch_add(1, Ordering::Relaxed)),
+            payment_id: format!(
+                "{}-{}",
+                self.ids,
+                self.next_id.fetch_add(1, Ordering::Relaxed)
+            ),
             account: request.account,
             amount_minor: request.amount_minor,
             ..Payment::default()
@@ -192,12 +198,14 @@ pub(crate) async fn end_to_end(
     let units = Arc::new(SeaOrmUnitsOfWork::new(db.clone(), config));
     let unguarded = serve_on_loopback(Unguarded {
         units: Arc::clone(&units),
+        ids: "u",
         next_id: AtomicU64::new(1),
         in_a_task: false,
     })
     .await?;
     let unguarded_in_a_task = serve_on_loopback(Unguarded {
         units,
+        ids: "t",
         next_id: AtomicU64::new(1),
         in_a_task: true,
     })
@@ -320,8 +328,8 @@ pub(crate) async fn end_to_end(
             "guarded write-once",
             "unguarded in a task",
         ]
-            .into_iter()
-            .zip(&refused)
+        .into_iter()
+        .zip(&refused)
         {
             let count = refused.load(Ordering::Relaxed) as f64;
             figures.push(figure(

@@ -418,7 +418,10 @@ impl GrpcOperationLedger for InMemoryOperationLedger {
         Ok(census)
     }
 
-    /// Deletes committed rows directly: purge in the double is not part of a unit of work.
+    /// Deletes old finished rows in the ledger's unit, as a store's `DELETE` would: each row is
+    /// locked by the unit until it ends, gone when it commits, back when it rolls back. Unlike
+    /// a store, another unit's claim of a row being deleted answers from the committed row at
+    /// once instead of waiting for the delete's outcome; the replay is still a true answer.
     async fn purge(&self, retention: Duration, limit: NonZeroU32) -> Result<u64, LedgerError> {
         let completed_before = SystemTime::now()
             .checked_sub(retention)
@@ -434,9 +437,9 @@ impl GrpcOperationLedger for InMemoryOperationLedger {
         };
         ledger
             .in_unit(async |unit| {
-                // A delete in the unit, as a store's: the rows stay until it commits, locked against
-                // every other unit, and come back on rollback. A row another unit holds is left for
-                // a later purge.
+                // A row another unit holds is left for a later purge. Lock order: `committed`,
+                // then the unit's `pending`; no path takes them the other way round (`visible`
+                // lets go of `pending` before it reads `committed`).
                 let mut committed = self.shared.committed();
                 let mut pending = unit.pending();
                 let doomed: Vec<String> = committed
@@ -450,7 +453,10 @@ impl GrpcOperationLedger for InMemoryOperationLedger {
                             }
                             None => false,
                         };
-                        old && !committed.locks.contains_key(*key)
+                        old && committed
+                            .locks
+                            .get(*key)
+                            .is_none_or(|holder| *holder == unit.id)
                             && !pending.rows.contains_key(*key)
                             && !pending.deleted.contains(*key)
                     })

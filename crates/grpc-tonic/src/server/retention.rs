@@ -126,8 +126,10 @@ impl RetentionStats {
 /// How many times one batch is sent while the store aborts it as conflicting with another unit
 /// (InnoDB's deadlock between two replicas' deletes on the same index range, a Galera
 /// certification failure, PostgreSQL's 40001/40P01): a purge is a conditional delete, so sending
-/// it again can only delete what is still there to delete. A batch aborted this many times fails
-/// the pass, and the next pass tries again.
+/// it again can only delete what is still there to delete. (A commit whose outcome the store could
+/// not tell, PostgreSQL's 40003 or Galera's 1180, may have taken effect: its rows are then gone
+/// but missing from the pass's count.) A batch aborted this many times fails the pass, and the
+/// next pass tries again.
 const BATCH_ATTEMPTS: u32 = 4;
 
 /// The longest wait before a batch the store aborted is sent again, taken at random up to it so
