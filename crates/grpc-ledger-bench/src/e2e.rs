@@ -1,12 +1,18 @@
 //! What the guard and the executor cost per gRPC call: the demo's `CreatePayment` over tonic on
-//! loopback, its handler inserting one payment row, measured in five variants in one run:
-//! an unguarded handler (the baseline: the same insert in its own unit of work), the same with its
-//! unit in a task of its own as the guard runs a unit (the task's cost, apart from the ledger), the guarded
-//! handler claim-first (claim, insert, transition, commit) and write-once (insert, one record of
-//! the finished operation, commit), and the claim-first handler called through the
-//! `RetryExecutor` instead of the bare generated client. Plus the request fingerprint's cost next
-//! to SHA-256 of the raw request bytes, and the RetryLayer's cost on a call that succeeds first
-//! time, next to the bare channel's.
+//! loopback, its handler inserting one payment row, measured in six variants in one run:
+//! - an unguarded handler (the baseline: the same insert in its own unit of work);
+//! - the same with its unit in a task of its own, as the guard runs a unit (the task's cost,
+//!   apart from the ledger);
+//! - the ledger without the guard: that task running the guarded unit's statements, the claim
+//!   and its transition called on the adapter directly (the statements' cost in this process,
+//!   apart from the guard's own work);
+//! - the guarded handler claim-first (claim, insert, transition, commit) and write-once (insert,
+//!   one record of the finished operation, commit);
+//! - the claim-first handler called through the `RetryExecutor` instead of the bare generated
+//!   client.
+//!
+//! Plus the request fingerprint's cost next to SHA-256 of the raw request bytes, and the
+//! RetryLayer's cost on a call that succeeds first time, next to the bare channel's.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -15,7 +21,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use grpc_core_api::{
-    GrpcMethod, IdempotencyKey, LedgerUnitsOfWork, RequestFingerprint, RequestSchema,
+    CallerFingerprint, ClaimOutcome, GrpcMethod, GrpcOperationIdentity, IdempotencyKey, KeyHasher,
+    LeaseDuration, LedgerUnitsOfWork, OutcomeReference, RequestFingerprint, RequestSchema,
 };
 use grpc_ledger_payments::pb::payments_client::PaymentsClient;
 use grpc_ledger_payments::pb::payments_server::Payments;
@@ -37,15 +44,29 @@ use crate::{Figure, Measured, Op, Plan, compared, drive, figure};
 
 const CREATE_PAYMENT: &str = "/payments.v1.Payments/CreatePayment";
 
-/// The baseline: the demo's API with the same business insert in a unit of work of its own, and
-/// no ledger. With `in_a_task`, the unit runs in a task of its own under a time bound, as the
-/// guard runs every guarded unit (`to_the_end`): what that costs a call, apart from the ledger.
+/// How a baseline handler runs its unit of work.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum UnitShape {
+    /// The business insert in a unit of its own, on the request's task: the baseline.
+    Inline,
+    /// The same unit in a task of its own under a time bound, as the guard runs every guarded
+    /// unit (`to_the_end`): what that task costs a call, apart from the ledger.
+    InATask,
+    /// The guarded unit's statements without the guard: in a task of its own, the ledger's claim
+    /// of the call's identity, the business insert and the claim's transition, called on the
+    /// adapter directly. What the ledger's statements cost a call in this process, apart from
+    /// the guard's own work (the schema-aware fingerprint, its checks, tracing and metrics).
+    LedgerInATask,
+}
+
+/// The demo's API without the guard: the business insert in a unit of work shaped as `shape`
+/// says, and with [`UnitShape::LedgerInATask`] the ledger's statements around it.
 struct Unguarded {
     units: Arc<SeaOrmUnitsOfWork>,
-    /// The payment ids' prefix, one for each variant: both variants write to the same table.
+    /// The payment ids' prefix, one for each variant: all variants write to the same table.
     ids: &'static str,
     next_id: AtomicU64,
-    in_a_task: bool,
+    shape: UnitShape,
 }
 
 /// The unguarded unit: the payment inserted in a unit of work of its own.
@@ -57,13 +78,71 @@ async fn insert_in_a_unit(units: &SeaOrmUnitsOfWork, payment: &Payment) -> Resul
     units.commit(txn).await.map_err(Status::from)
 }
 
+/// The guarded unit's statements, called on the adapter without the guard: claim `identity`,
+/// insert the payment, finish the claim with the payment's id as its outcome, commit. A call
+/// whose claim finds the identity taken is refused as ABORTED (the bench sends fresh keys only).
+async fn insert_under_a_claim(
+    units: &SeaOrmUnitsOfWork,
+    identity: &GrpcOperationIdentity,
+    request: &RequestFingerprint,
+    payment: &Payment,
+) -> Result<(), Status> {
+    let lease = LeaseDuration::new(Duration::from_secs(30)).expect("a valid lease");
+    let txn = units.begin().await.map_err(Status::from)?;
+    let ledger = units.ledger(&txn);
+    let ClaimOutcome::Claimed { version, .. } = ledger
+        .claim(identity, request, lease)
+        .await
+        .map_err(Status::from)?
+    else {
+        return Err(Status::aborted("the identity was already claimed"));
+    };
+    insert_payment(&txn, payment)
+        .await
+        .map_err(|_| Status::unavailable("the payments store failed"))?;
+    let outcome = OutcomeReference::parse(&payment.payment_id)
+        .map_err(|_| Status::internal("a payment id is not an outcome reference"))?;
+    ledger
+        .mark_committed(identity, version, &outcome)
+        .await
+        .map_err(Status::from)?;
+    drop(ledger);
+    units.commit(txn).await.map_err(Status::from)
+}
+
+/// The operation identity of a call to [`Unguarded`] with [`UnitShape::LedgerInATask`]: one
+/// caller, the demo's method, the key header hashed as the guard hashes it.
+fn identity_of(request: &Request<CreatePaymentRequest>) -> Result<GrpcOperationIdentity, Status> {
+    let key = request
+        .metadata()
+        .get(IDEMPOTENCY_KEY_HEADER)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|key| IdempotencyKey::parse(key).ok())
+        .ok_or_else(|| Status::invalid_argument("a keyed call needs its key"))?;
+    Ok(GrpcOperationIdentity::new(
+        CallerFingerprint::from_principal(b"bench-caller"),
+        GrpcMethod::parse(CREATE_PAYMENT).expect("the demo's method"),
+        KeyHasher::Sha256.hash(&key),
+    ))
+}
+
 #[tonic::async_trait]
 impl Payments for Unguarded {
     async fn create_payment(
         &self,
         request: Request<CreatePaymentRequest>,
     ) -> Result<Response<Payment>, Status> {
+        let identity = match self.shape {
+            UnitShape::LedgerInATask => Some(identity_of(&request)?),
+            UnitShape::Inline | UnitShape::InATask => None,
+        };
         let request = request.into_inner();
+        // The request's fingerprint as the ledger keeps it, of its encoded bytes: the cheap one,
+        // so that the guard's schema-aware fingerprint stays among the guard's own costs.
+        let claim = identity.map(|identity| {
+            let encoded = prost::Message::encode_to_vec(&request);
+            (identity, RequestFingerprint::of(&encoded))
+        });
         let payment = Payment {
             payment_id: format!(
                 "{}-{}",
@@ -74,13 +153,18 @@ impl Payments for Unguarded {
             amount_minor: request.amount_minor,
             ..Payment::default()
         };
-        if !self.in_a_task {
+        if self.shape == UnitShape::Inline {
             insert_in_a_unit(&self.units, &payment).await?;
             return Ok(Response::new(payment));
         }
         let units = Arc::clone(&self.units);
         let unit = async move {
-            insert_in_a_unit(&units, &payment).await?;
+            match claim {
+                Some((identity, fingerprint)) => {
+                    insert_under_a_claim(&units, &identity, &fingerprint, &payment).await?
+                }
+                None => insert_in_a_unit(&units, &payment).await?,
+            }
             Ok::<_, Status>(payment)
         };
         let bounded = tokio::spawn(tokio::time::timeout(Duration::from_secs(30), unit));
@@ -196,20 +280,15 @@ pub(crate) async fn end_to_end(
 ) -> Result<Vec<Figure>> {
     grpc_ledger_payments::prepare_database(db).await?;
     let units = Arc::new(SeaOrmUnitsOfWork::new(db.clone(), config));
-    let unguarded = serve_on_loopback(Unguarded {
+    let baseline = |ids: &'static str, shape: UnitShape| Unguarded {
         units: Arc::clone(&units),
-        ids: "u",
+        ids,
         next_id: AtomicU64::new(1),
-        in_a_task: false,
-    })
-    .await?;
-    let unguarded_in_a_task = serve_on_loopback(Unguarded {
-        units,
-        ids: "t",
-        next_id: AtomicU64::new(1),
-        in_a_task: true,
-    })
-    .await?;
+        shape,
+    };
+    let unguarded = serve_on_loopback(baseline("u", UnitShape::Inline)).await?;
+    let unguarded_in_a_task = serve_on_loopback(baseline("t", UnitShape::InATask)).await?;
+    let ledger_without_guard = serve_on_loopback(baseline("l", UnitShape::LedgerInATask)).await?;
     let no_faults = Arc::new(Faults::new(0.0, 0.0, Duration::ZERO, 1));
     let run = std::process::id();
     let guarded = serve_on_loopback(grpc_ledger_payments::service(
@@ -244,12 +323,18 @@ pub(crate) async fn end_to_end(
                 ))
             })
         };
-        let refused: [Arc<AtomicU64>; 4] = Default::default();
+        let refused: [Arc<AtomicU64>; 5] = Default::default();
         let base = drive(clients, plan.seconds, bare(&unguarded, "u", &refused[0])).await?;
         let tasked = drive(
             clients,
             plan.seconds,
             bare(&unguarded_in_a_task, "t", &refused[3]),
+        )
+        .await?;
+        let bare_ledger = drive(
+            clients,
+            plan.seconds,
+            bare(&ledger_without_guard, "l", &refused[4]),
         )
         .await?;
         let keyed = drive(clients, plan.seconds, bare(&guarded, "g", &refused[1])).await?;
@@ -287,6 +372,18 @@ pub(crate) async fn end_to_end(
             keyed.ops_per_second,
             &tasked_fig,
         );
+        let bare_ledger_fig = compared(
+            at("ledger without the guard ops/s"),
+            "ops/s",
+            bare_ledger.ops_per_second,
+            &base_fig,
+        );
+        let keyed_vs_bare_ledger = compared(
+            at("guarded vs ledger without the guard ops/s"),
+            "ops/s",
+            keyed.ops_per_second,
+            &bare_ledger_fig,
+        );
         let once_fig = compared(
             at("guarded write-once ops/s"),
             "ops/s",
@@ -312,6 +409,8 @@ pub(crate) async fn end_to_end(
             keyed_fig,
             tasked_fig,
             keyed_vs_tasked,
+            bare_ledger_fig,
+            keyed_vs_bare_ledger,
             once_fig,
             once_vs_claim_first,
             executed_fig,
@@ -327,6 +426,7 @@ pub(crate) async fn end_to_end(
             "guarded",
             "guarded write-once",
             "unguarded in a task",
+            "ledger without the guard",
         ]
         .into_iter()
         .zip(&refused)

@@ -215,18 +215,36 @@ where
             .map_err(|e| map_db_err(e, phase))
     }
 
-    /// The stored row of `identity` and the store's clock (ms since the epoch), if it exists.
+    /// The stored row of `identity`, if it exists: the row alone, for a reader that does not
+    /// judge its lease (`find`, a transition finding out why it changed nothing).
     async fn read(
         &self,
         identity: &GrpcOperationIdentity,
         phase: Phase,
-    ) -> Result<Option<(OperationRecord, i64)>, LedgerError> {
+    ) -> Result<Option<OperationRecord>, LedgerError> {
         let row = self
             .connection()
             .query_one_raw(self.statement(&self.sql()?.select_record, identity_values(identity)))
             .await
             .map_err(|e| map_db_err(e, phase))?;
         row.map(|row| decode_record(identity, &row)).transpose()
+    }
+
+    /// The stored row of `identity` and the store's clock (ms since the epoch), read in one
+    /// statement, if the row exists: for a reader that judges the lease by the store's clock.
+    async fn read_with_clock(
+        &self,
+        identity: &GrpcOperationIdentity,
+        phase: Phase,
+    ) -> Result<Option<(OperationRecord, i64)>, LedgerError> {
+        let sql = &self.sql()?.select_record_with_clock;
+        let row = self
+            .connection()
+            .query_one_raw(self.statement(sql, identity_values(identity)))
+            .await
+            .map_err(|e| map_db_err(e, phase))?;
+        row.map(|row| decode_record_with_clock(identity, &row))
+            .transpose()
     }
 
     /// The claim's insert: `Fresh` with the new version when it inserted, else the existing row
@@ -257,7 +275,7 @@ where
                 .try_get::<bool>("", "inserted")
                 .map_err(|_| LedgerError::internal("a claim returned a row of unknown origin"))?;
         if !inserted {
-            return Ok(Inserted::Nothing(Some(Box::new(decode_record(
+            return Ok(Inserted::Nothing(Some(Box::new(decode_record_with_clock(
                 identity, &row,
             )?))));
         }
@@ -366,10 +384,7 @@ where
             return Ok(());
         }
         let current = self.read(identity, Phase::Other).await?;
-        Err(unmatched_transition(
-            current.as_ref().map(|(record, _)| record),
-            version,
-        ))
+        Err(unmatched_transition(current.as_ref(), version))
     }
 }
 
@@ -408,7 +423,7 @@ where
                     });
                 }
                 Inserted::Nothing(Some(found)) => Some(*found),
-                Inserted::Nothing(None) => self.read(identity, phase).await?,
+                Inserted::Nothing(None) => self.read_with_clock(identity, phase).await?,
             };
             let Some((record, db_now)) = found else {
                 continue; // purged between our insert and our read: insert again
@@ -541,10 +556,7 @@ where
         &self,
         identity: &GrpcOperationIdentity,
     ) -> Result<Option<OperationRecord>, LedgerError> {
-        Ok(self
-            .read(identity, Phase::Other)
-            .await?
-            .map(|(record, _)| record))
+        self.read(identity, Phase::Other).await
     }
 
     /// The record with its lease judged by the store's clock, read in the same statement.
@@ -553,7 +565,7 @@ where
         identity: &GrpcOperationIdentity,
     ) -> Result<Option<(OperationRecord, Duration)>, LedgerError> {
         Ok(self
-            .read(identity, Phase::Other)
+            .read_with_clock(identity, Phase::Other)
             .await?
             .map(|(record, db_now)| {
                 let left = match record.finished {
@@ -631,7 +643,7 @@ fn from_millis(millis: i64) -> SystemTime {
 fn decode_record(
     identity: &GrpcOperationIdentity,
     row: &QueryResult,
-) -> Result<(OperationRecord, i64), LedgerError> {
+) -> Result<OperationRecord, LedgerError> {
     let corrupt = |what: &str| LedgerError::internal(format!("stored ledger row has a bad {what}"));
     let text = |column: &str| {
         row.try_get::<String>("", column)
@@ -687,15 +699,25 @@ fn decode_record(
             ))
         }
     };
-    let record = OperationRecord {
+    Ok(OperationRecord {
         identity: identity.clone(),
         request_fingerprint,
         version,
         claimed_at: from_millis(number("claimed_at")?),
         lease_expires_at: from_millis(number("lease_expires_at")?),
         finished,
-    };
-    Ok((record, number("db_now")?))
+    })
+}
+
+/// [`decode_record`] of a row read with the store's clock (its `db_now` column), and that clock.
+fn decode_record_with_clock(
+    identity: &GrpcOperationIdentity,
+    row: &QueryResult,
+) -> Result<(OperationRecord, i64), LedgerError> {
+    let db_now = row
+        .try_get::<i64>("", "db_now")
+        .map_err(|_| LedgerError::internal("a ledger read returned no clock"))?;
+    Ok((decode_record(identity, row)?, db_now))
 }
 
 #[cfg(test)]

@@ -96,11 +96,28 @@ const RECORD_INSERT: &str = concat!(
 /// with 1062 instead, read as "not inserted").
 const ON_CONFLICT_DO_NOTHING: &str = "ON CONFLICT (identity_digest) DO NOTHING ";
 
-/// The row of one identity, with the store's clock.
+/// The columns a record is read from.
+macro_rules! record_columns {
+    () => {
+        "request_fingerprint, state, version, claimed_at, lease_expires_at, completed_at, \
+         outcome_reference, failure_code, failure_message, failure_details"
+    };
+}
+
+/// The row of one identity, and nothing else: a resend's read first (ADR 0016) is this one
+/// primary-key read, with no clock to compute.
 const SELECT_RECORD: &str = concat!(
-    "SELECT request_fingerprint, state, version, claimed_at, lease_expires_at, completed_at, \
-     outcome_reference, failure_code, failure_message, failure_details, {now} AS db_now \
-     FROM grpc_operation_ledger WHERE ",
+    "SELECT ",
+    record_columns!(),
+    " FROM grpc_operation_ledger WHERE ",
+    identity_condition!()
+);
+
+/// The row of one identity with the store's clock, for a reader that judges its lease.
+const SELECT_RECORD_WITH_CLOCK: &str = concat!(
+    "SELECT ",
+    record_columns!(),
+    ", {now} AS db_now FROM grpc_operation_ledger WHERE ",
     identity_condition!()
 );
 
@@ -213,7 +230,10 @@ pub(crate) struct Sql {
     pub(crate) claim_insert: Stmt,
     /// The claim and, when it inserted nothing, the existing row, in one statement (PostgreSQL).
     pub(crate) claim_or_read: Option<Stmt>,
+    /// The row of one identity.
     pub(crate) select_record: Stmt,
+    /// The row of one identity and the store's clock.
+    pub(crate) select_record_with_clock: Stmt,
     pub(crate) take_over: Stmt,
     pub(crate) mark_committed: Stmt,
     pub(crate) mark_failed: Stmt,
@@ -254,7 +274,6 @@ impl Sql {
                         CLAIM_INSERT
                             .replace("{wait_bound}", POSTGRES_WAIT_BOUND)
                             .as_str(),
-                        SELECT_RECORD,
                         PURGE,
                         RECORD_INSERT
                             .replace("{wait_bound}", POSTGRES_WAIT_BOUND)
@@ -274,7 +293,6 @@ impl Sql {
                     Placeholders::QuestionNumbered,
                     [
                         CLAIM_INSERT.replace("{wait_bound}", "").as_str(),
-                        SELECT_RECORD,
                         PURGE,
                         RECORD_INSERT
                             .replace("{wait_bound}", "")
@@ -289,7 +307,6 @@ impl Sql {
                     Placeholders::Question,
                     [
                         MYSQL_CLAIM_INSERT,
-                        SELECT_RECORD,
                         MYSQL_PURGE,
                         RECORD_INSERT
                             .replace("{wait_bound}", "")
@@ -303,18 +320,15 @@ impl Sql {
         }
     }
 
-    /// The dialect's statements; `[claim, select, purge, record]` are the templates that differ
-    /// by dialect, the transitions are shared.
-    fn build(
-        now: &str,
-        placeholders: Placeholders,
-        [claim, select, purge, record]: [&str; 4],
-    ) -> Self {
+    /// The dialect's statements; `[claim, purge, record]` are the templates that differ by
+    /// dialect, the reads and the transitions are shared.
+    fn build(now: &str, placeholders: Placeholders, [claim, purge, record]: [&str; 3]) -> Self {
         let render = |template: &str| render(&template.replace("{now}", now), placeholders);
         Self {
             claim_insert: render(claim),
             claim_or_read: None,
-            select_record: render(select),
+            select_record: render(SELECT_RECORD),
+            select_record_with_clock: render(SELECT_RECORD_WITH_CLOCK),
             take_over: render(TAKE_OVER),
             mark_committed: render(MARK_COMMITTED),
             mark_failed: render(MARK_FAILED),
@@ -388,7 +402,7 @@ pub fn claim_as_sent(backend: DbBackend) -> Option<&'static str> {
 /// the ledger does not support. On PostgreSQL the adapter claims with the one-round-trip form of
 /// `claim` (which reads the existing row in the same statement: [`claim_as_sent`]), and on MariaDB it prefixes the
 /// claim with its wait bound (`SET STATEMENT max_statement_time=...`).
-pub fn statements(backend: DbBackend) -> Option<[(&'static str, &'static str); 8]> {
+pub fn statements(backend: DbBackend) -> Option<[(&'static str, &'static str); 9]> {
     let sql = Sql::for_backend(backend)?;
     Some([
         ("claim", sql.claim_insert.text.as_str()),
@@ -402,6 +416,10 @@ pub fn statements(backend: DbBackend) -> Option<[(&'static str, &'static str); 8
             sql.record_insert.text.as_str(),
         ),
         ("renew lease", sql.renew_lease.text.as_str()),
+        (
+            "read with the store's clock",
+            sql.select_record_with_clock.text.as_str(),
+        ),
     ])
 }
 
@@ -427,6 +445,7 @@ mod tests {
     struct Texts {
         claim_insert: String,
         select_record: String,
+        select_record_with_clock: String,
         take_over: String,
         mark_committed: String,
         mark_failed: String,
@@ -439,6 +458,7 @@ mod tests {
             Self {
                 claim_insert: sql.claim_insert.text.clone(),
                 select_record: sql.select_record.text.clone(),
+                select_record_with_clock: sql.select_record_with_clock.text.clone(),
                 take_over: sql.take_over.text.clone(),
                 mark_committed: sql.mark_committed.text.clone(),
                 mark_failed: sql.mark_failed.text.clone(),
@@ -467,6 +487,7 @@ mod tests {
             for statement in [
                 &sql.claim_insert,
                 &sql.select_record,
+                &sql.select_record_with_clock,
                 &sql.take_over,
                 &sql.mark_committed,
                 &sql.mark_failed,
@@ -513,6 +534,7 @@ mod tests {
         for stmt in [
             &sql.claim_insert,
             &sql.select_record,
+            &sql.select_record_with_clock,
             &sql.take_over,
             &sql.purge,
         ] {

@@ -187,6 +187,8 @@ async fn postgres_statements_use_the_whole_primary_key() {
         .mark_committed(&id, version, &outcome("p"))
         .await
         .unwrap();
+    ledger.find(&id).await.unwrap();
+    ledger.look_up(&id).await.unwrap();
     let statements = std::mem::take(&mut *recording.values.lock().unwrap());
     let txn = t.db.begin().await.unwrap();
     // An empty table would be scanned whatever the indexes; forbid that to see what is usable.
@@ -221,7 +223,7 @@ async fn postgres_statements_use_the_whole_primary_key() {
         );
         checked += 1;
     }
-    assert!(checked >= 2, "checked {checked} statements");
+    assert!(checked >= 4, "checked {checked} statements");
     txn.rollback().await.unwrap();
 }
 
@@ -256,7 +258,47 @@ async fn record_finished_is_one_insert_of_the_finished_row(store: Store) {
     );
 }
 
+/// A resend's read first (`find`, ADR 0016) is one read of the row and nothing else: no wait
+/// bound (it writes nothing) and no clock (it judges no lease). `look_up`, which says how long
+/// the lease has left, reads the store's clock in the same statement.
+async fn find_is_one_read_of_the_row_and_look_up_reads_the_clock_with_it(store: Store) {
+    let t = fresh(store).await;
+    let recording = Recording::on(&t.db);
+    let ledger = SeaOrmOperationLedger::new(&recording);
+    let id = identity("tenant-a", CREATE, "found");
+    let Ok(ClaimOutcome::Claimed { version, .. }) =
+        ledger.claim(&id, &fingerprint("x"), lease(30_000)).await
+    else {
+        panic!("a fresh identity is claimed");
+    };
+    ledger
+        .mark_committed(&id, version, &outcome("p"))
+        .await
+        .unwrap();
+    recording.log.lock().unwrap().clear();
+    let found = ledger.find(&id).await.unwrap().expect("the row");
+    assert!(found.state().is_terminal());
+    let read = std::mem::take(&mut *recording.log.lock().unwrap());
+    assert_eq!(read.len(), 1, "{read:#?}");
+    assert!(
+        read[0].starts_with("SELECT request_fingerprint"),
+        "{read:#?}"
+    );
+    assert!(!read[0].contains("db_now"), "{}", read[0]);
+    let (looked_up, left) = ledger.look_up(&id).await.unwrap().expect("the row");
+    assert_eq!(looked_up, found);
+    assert_eq!(
+        left,
+        std::time::Duration::ZERO,
+        "a finished lease has no time left"
+    );
+    let read = std::mem::take(&mut *recording.log.lock().unwrap());
+    assert_eq!(read.len(), 1, "{read:#?}");
+    assert!(read[0].contains("AS db_now FROM"), "{}", read[0]);
+}
+
 on_both_stores!(
     claim_emits_one_insert_on_conflict_and_never_an_update_on_the_insert_path,
-    record_finished_is_one_insert_of_the_finished_row
+    record_finished_is_one_insert_of_the_finished_row,
+    find_is_one_read_of_the_row_and_look_up_reads_the_clock_with_it
 );
