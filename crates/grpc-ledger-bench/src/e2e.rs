@@ -11,6 +11,11 @@
 //! - the claim-first handler called through the `RetryExecutor` instead of the bare generated
 //!   client.
 //!
+//! The variants run interleaved, each for half its time in one order and half in the reverse
+//! order ([`interleaved`]), so that a drift of the machine during the run does not land on one
+//! variant: in runs where they ran one after another for their whole time, the baseline at 8
+//! clients moved by 40% between runs while the guarded call did not.
+//!
 //! Plus the request fingerprint's cost next to SHA-256 of the raw request bytes, and the
 //! RetryLayer's cost on a call that succeeds first time, next to the bare channel's.
 
@@ -40,7 +45,7 @@ use tonic::metadata::AsciiMetadataValue;
 use tonic::transport::Channel;
 use tonic::{Code, Request, Response, Status};
 
-use crate::{Figure, Measured, Op, Plan, compared, drive, figure};
+use crate::{Figure, Op, Plan, compared, figure, interleaved};
 
 const CREATE_PAYMENT: &str = "/payments.v1.Payments/CreatePayment";
 
@@ -324,34 +329,29 @@ pub(crate) async fn end_to_end(
             })
         };
         let refused: [Arc<AtomicU64>; 5] = Default::default();
-        let base = drive(clients, plan.seconds, bare(&unguarded, "u", &refused[0])).await?;
-        let tasked = drive(
-            clients,
-            plan.seconds,
-            bare(&unguarded_in_a_task, "t", &refused[3]),
-        )
-        .await?;
-        let bare_ledger = drive(
-            clients,
-            plan.seconds,
-            bare(&ledger_without_guard, "l", &refused[4]),
-        )
-        .await?;
-        let keyed = drive(clients, plan.seconds, bare(&guarded, "g", &refused[1])).await?;
-        let once = drive(clients, plan.seconds, bare(&write_once, "w", &refused[2])).await?;
         let (client, prefix, through) = (guarded.clone(), tag("e"), Arc::clone(&executor));
-        let executed = drive(
+        let via_executor: Op = Arc::new(move |task, i| {
+            Box::pin(executor_call(
+                client.clone(),
+                Arc::clone(&through),
+                format!("{prefix}-{task}-{i}"),
+            ))
+        });
+        let [base, tasked, bare_ledger, keyed, once, executed] = interleaved(
             clients,
             plan.seconds,
-            Arc::new(move |task, i| {
-                Box::pin(executor_call(
-                    client.clone(),
-                    Arc::clone(&through),
-                    format!("{prefix}-{task}-{i}"),
-                ))
-            }),
+            &[
+                &bare(&unguarded, "u", &refused[0]),
+                &bare(&unguarded_in_a_task, "t", &refused[3]),
+                &bare(&ledger_without_guard, "l", &refused[4]),
+                &bare(&guarded, "g", &refused[1]),
+                &bare(&write_once, "w", &refused[2]),
+                &via_executor,
+            ],
         )
-        .await?;
+        .await?
+        .try_into()
+        .map_err(|_| anyhow::anyhow!("one figure for each variant"))?;
         let at = |what: &str| format!("e2e {label} {what} @{clients}");
         let base_fig = figure(at("unguarded ops/s"), "ops/s", base.ops_per_second);
         let keyed_fig = compared(
@@ -500,19 +500,10 @@ pub async fn retry_layer_overhead(plan: &Plan) -> Result<Vec<Figure>> {
             let key = format!("echo-l-{task}-{i}");
             Box::pin(bare_call(l.clone(), key, Some(DEADLINE), Arc::clone(&rl)))
         });
-        // Bare, layer, layer, bare, each half the time: a drift of the machine during the
-        // figure weighs on both alike.
-        let half = plan.seconds / 2;
-        let mut runs = Vec::new();
-        for op in [&bare_op, &layer_op, &layer_op, &bare_op] {
-            runs.push(drive(clients, half, Arc::clone(op)).await?);
-        }
-        let mean = |a: &Measured, b: &Measured| Measured {
-            ops_per_second: (a.ops_per_second + b.ops_per_second) / 2.0,
-            p50_ms: (a.p50_ms + b.p50_ms) / 2.0,
-            p99_ms: (a.p99_ms + b.p99_ms) / 2.0,
-        };
-        let (base, through) = (mean(&runs[0], &runs[3]), mean(&runs[1], &runs[2]));
+        let [base, through] = interleaved(clients, plan.seconds, &[&bare_op, &layer_op])
+            .await?
+            .try_into()
+            .map_err(|_| anyhow::anyhow!("one figure for each variant"))?;
         anyhow::ensure!(
             refused.load(Ordering::Relaxed) == 0,
             "the echo server refused calls: the overhead figure would not measure the layer"

@@ -232,6 +232,40 @@ async fn drive(clients: usize, seconds: Duration, op: Op) -> Result<Measured> {
     })
 }
 
+/// Each of `ops` driven for `seconds` in all, in two halves: once in the order given, then in the
+/// reverse order, each variant's figure the mean of its two halves. A drift of the machine during
+/// the run (a checkpoint, another process, a cache warming) then weighs on every variant about
+/// equally, where variants run one after another for the whole time would each meet a different
+/// part of it; the ratios between them are the point. The second half numbers its calls on from
+/// 2^40, so an op that names its keys by the call's number never sends one twice.
+pub(crate) async fn interleaved(
+    clients: usize,
+    seconds: Duration,
+    ops: &[&Op],
+) -> Result<Vec<Measured>> {
+    let half = seconds / 2;
+    let mut forth = Vec::with_capacity(ops.len());
+    for op in ops {
+        forth.push(drive(clients, half, Arc::clone(op)).await?);
+    }
+    let mut back = Vec::with_capacity(ops.len());
+    for op in ops.iter().rev() {
+        let op = Arc::clone(op);
+        let numbered_on: Op = Arc::new(move |task, i| op(task, i + (1 << 40)));
+        back.push(drive(clients, half, numbered_on).await?);
+    }
+    back.reverse();
+    Ok(forth
+        .iter()
+        .zip(&back)
+        .map(|(a, b)| Measured {
+            ops_per_second: (a.ops_per_second + b.ops_per_second) / 2.0,
+            p50_ms: (a.p50_ms + b.p50_ms) / 2.0,
+            p99_ms: (a.p99_ms + b.p99_ms) / 2.0,
+        })
+        .collect())
+}
+
 fn percentile(latencies: &mut [Duration], p: f64) -> f64 {
     if latencies.is_empty() {
         return 0.0;
