@@ -72,6 +72,8 @@ struct Unguarded {
     ids: &'static str,
     next_id: AtomicU64,
     shape: UnitShape,
+    /// The guarded service's key hasher, so that the key is hashed as the guard hashes it.
+    hasher: KeyHasher,
 }
 
 /// The unguarded unit: the payment inserted in a unit of work of its own.
@@ -116,8 +118,11 @@ async fn insert_under_a_claim(
 }
 
 /// The operation identity of a call to [`Unguarded`] with [`UnitShape::LedgerInATask`]: one
-/// caller, the demo's method, the key header hashed as the guard hashes it.
-fn identity_of(request: &Request<CreatePaymentRequest>) -> Result<GrpcOperationIdentity, Status> {
+/// caller, the demo's method, the key header hashed with `hasher`.
+fn identity_of(
+    request: &Request<CreatePaymentRequest>,
+    hasher: &KeyHasher,
+) -> Result<GrpcOperationIdentity, Status> {
     let key = request
         .metadata()
         .get(IDEMPOTENCY_KEY_HEADER)
@@ -127,7 +132,7 @@ fn identity_of(request: &Request<CreatePaymentRequest>) -> Result<GrpcOperationI
     Ok(GrpcOperationIdentity::new(
         CallerFingerprint::from_principal(b"bench-caller"),
         GrpcMethod::parse(CREATE_PAYMENT).expect("the demo's method"),
-        KeyHasher::Sha256.hash(&key),
+        hasher.hash(&key),
     ))
 }
 
@@ -138,7 +143,7 @@ impl Payments for Unguarded {
         request: Request<CreatePaymentRequest>,
     ) -> Result<Response<Payment>, Status> {
         let identity = match self.shape {
-            UnitShape::LedgerInATask => Some(identity_of(&request)?),
+            UnitShape::LedgerInATask => Some(identity_of(&request, &self.hasher)?),
             UnitShape::Inline | UnitShape::InATask => None,
         };
         let request = request.into_inner();
@@ -285,11 +290,13 @@ pub(crate) async fn end_to_end(
 ) -> Result<Vec<Figure>> {
     grpc_ledger_payments::prepare_database(db).await?;
     let units = Arc::new(SeaOrmUnitsOfWork::new(db.clone(), config));
+    let hasher = grpc_ledger_payments::key_hasher()?;
     let baseline = |ids: &'static str, shape: UnitShape| Unguarded {
         units: Arc::clone(&units),
         ids,
         next_id: AtomicU64::new(1),
         shape,
+        hasher: hasher.clone(),
     };
     let unguarded = serve_on_loopback(baseline("u", UnitShape::Inline)).await?;
     let unguarded_in_a_task = serve_on_loopback(baseline("t", UnitShape::InATask)).await?;

@@ -22,6 +22,8 @@ async fn the_harness_runs_every_group_and_reports_ratios() {
         "e2e postgres guarded ops/s @2",
         "e2e postgres unguarded in a task ops/s @2",
         "e2e postgres guarded vs unguarded in a task ops/s @2",
+        "e2e postgres ledger without the guard ops/s @2",
+        "e2e postgres guarded vs ledger without the guard ops/s @2",
         "e2e postgres guarded write-once ops/s @2",
         "write c=2 keyed write-once vs claim-first",
         "e2e postgres guarded via executor ops/s @2",

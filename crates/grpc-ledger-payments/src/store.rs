@@ -73,6 +73,14 @@ impl fmt::Display for Store {
     }
 }
 
+/// How the demo's service hashes idempotency keys: HMAC-SHA-256 with a server secret, as a
+/// production deployment should (a demo's secret, published here: never reuse it).
+pub fn key_hasher() -> anyhow::Result<KeyHasher> {
+    Ok(KeyHasher::hmac_sha256(
+        b"demo-server-secret-change-me-0123",
+    )?)
+}
+
 /// The payments service on `db`, its guard in `mode`, with the fault layer `faults` after each
 /// commit.
 pub fn service(
@@ -82,8 +90,7 @@ pub fn service(
     faults: Arc<Faults>,
     id_prefix: &str,
 ) -> anyhow::Result<PaymentsService> {
-    // The service hashes keys with a server secret, as a production deployment should.
-    let hasher = KeyHasher::hmac_sha256(b"demo-server-secret-change-me-0123")?;
+    let hasher = key_hasher()?;
     // Clients that cannot set the key header send it as the request's `request_id` (AIP-155).
     let (guard_config, _) = GuardConfig::new(
         hasher,

@@ -152,7 +152,9 @@ async fn claim_emits_one_insert_on_conflict_and_never_an_update_on_the_insert_pa
         );
     } else {
         assert_eq!(duplicate_path.len(), 2, "{duplicate_path:#?}");
+        // The row it met, with the store's clock to judge its lease by.
         assert!(duplicate_path[1].starts_with("SELECT"));
+        assert!(duplicate_path[1].contains("AS db_now FROM"));
     }
 
     ledger
@@ -223,7 +225,8 @@ async fn postgres_statements_use_the_whole_primary_key() {
         );
         checked += 1;
     }
-    assert!(checked >= 4, "checked {checked} statements");
+    // Both claims (the second one reads the row it met), the transition, `find` and `look_up`.
+    assert_eq!(checked, 5, "checked {checked} statements");
     txn.rollback().await.unwrap();
 }
 
@@ -271,6 +274,12 @@ async fn find_is_one_read_of_the_row_and_look_up_reads_the_clock_with_it(store: 
     else {
         panic!("a fresh identity is claimed");
     };
+    // In progress, the lease left is judged by the clock read with the row.
+    let (_, left) = ledger.look_up(&id).await.unwrap().expect("the row");
+    assert!(
+        left > std::time::Duration::ZERO && left <= std::time::Duration::from_secs(30),
+        "{left:?}"
+    );
     ledger
         .mark_committed(&id, version, &outcome("p"))
         .await
