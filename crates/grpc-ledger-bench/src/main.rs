@@ -41,8 +41,8 @@ enum Only {
     /// MariaDB's figures (`MARIADB_URL`): keyed and business units, and the same run by
     /// mariadb-slap.
     Mariadb,
-    /// The end-to-end gRPC figures on PostgreSQL: unguarded, claim-first, write-once and through
-    /// the executor.
+    /// The end-to-end gRPC figures on PostgreSQL, the variants interleaved: unguarded (inline and
+    /// in a task), the ledger without the guard, claim-first, write-once and through the executor.
     E2e,
     /// A duplicate's answer (the claim of a committed identity, and a resend's read first)
     /// next to a primary-key read, on PostgreSQL.
