@@ -45,7 +45,7 @@ use tonic::metadata::AsciiMetadataValue;
 use tonic::transport::Channel;
 use tonic::{Code, Request, Response, Status};
 
-use crate::{Figure, Op, Plan, compared, figure, interleaved};
+use crate::{Figure, Measured, Op, Plan, compared, figure, interleaved};
 
 const CREATE_PAYMENT: &str = "/payments.v1.Payments/CreatePayment";
 
@@ -361,54 +361,22 @@ pub(crate) async fn end_to_end(
         .map_err(|_| anyhow::anyhow!("one figure for each variant"))?;
         let at = |what: &str| format!("e2e {label} {what} @{clients}");
         let base_fig = figure(at("unguarded ops/s"), "ops/s", base.ops_per_second);
-        let keyed_fig = compared(
-            at("guarded ops/s"),
-            "ops/s",
-            keyed.ops_per_second,
-            &base_fig,
-        );
-        let tasked_fig = compared(
-            at("unguarded in a task ops/s"),
-            "ops/s",
-            tasked.ops_per_second,
-            &base_fig,
-        );
-        let keyed_vs_tasked = compared(
-            at("guarded vs unguarded in a task ops/s"),
-            "ops/s",
-            keyed.ops_per_second,
-            &tasked_fig,
-        );
-        let bare_ledger_fig = compared(
-            at("ledger without the guard ops/s"),
-            "ops/s",
-            bare_ledger.ops_per_second,
-            &base_fig,
-        );
-        let keyed_vs_bare_ledger = compared(
-            at("guarded vs ledger without the guard ops/s"),
-            "ops/s",
-            keyed.ops_per_second,
+        // Each throughput of a variant next to its baseline in the same run.
+        let rate = |what: &str, of: &Measured, baseline: &Figure| {
+            compared(at(what), "ops/s", of.ops_per_second, baseline)
+        };
+        let keyed_fig = rate("guarded ops/s", &keyed, &base_fig);
+        let tasked_fig = rate("unguarded in a task ops/s", &tasked, &base_fig);
+        let keyed_vs_tasked = rate("guarded vs unguarded in a task ops/s", &keyed, &tasked_fig);
+        let bare_ledger_fig = rate("ledger without the guard ops/s", &bare_ledger, &base_fig);
+        let keyed_vs_bare_ledger = rate(
+            "guarded vs ledger without the guard ops/s",
+            &keyed,
             &bare_ledger_fig,
         );
-        let once_fig = compared(
-            at("guarded write-once ops/s"),
-            "ops/s",
-            once.ops_per_second,
-            &base_fig,
-        );
-        let once_vs_claim_first = compared(
-            at("write-once vs claim-first ops/s"),
-            "ops/s",
-            once.ops_per_second,
-            &keyed_fig,
-        );
-        let executed_fig = compared(
-            at("guarded via executor ops/s"),
-            "ops/s",
-            executed.ops_per_second,
-            &keyed_fig,
-        );
+        let once_fig = rate("guarded write-once ops/s", &once, &base_fig);
+        let once_vs_claim_first = rate("write-once vs claim-first ops/s", &once, &keyed_fig);
+        let executed_fig = rate("guarded via executor ops/s", &executed, &keyed_fig);
         let base_p50 = figure(at("unguarded p50"), "ms", base.p50_ms);
         let keyed_p50 = compared(at("guarded p50"), "ms", keyed.p50_ms, &base_p50);
         figures.extend([
