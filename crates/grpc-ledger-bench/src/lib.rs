@@ -1,6 +1,8 @@
 //! The ledger's write-path benchmarks, as a library so that a smoke test can run the harness with
-//! tiny counts. Every variant of one group runs in the same process against the same server, one
-//! after the other, and is reported as a ratio to its baseline.
+//! tiny counts. Every variant of one group runs against the same server in the same run, and is
+//! reported as a ratio to its baseline. The write units (pgbench's among them), the end-to-end
+//! calls and the RetryLayer's pair run interleaved, half their time in one order and half in the
+//! reverse order, so that a drift of the machine weighs on every variant of a group alike.
 
 mod e2e;
 
@@ -250,20 +252,34 @@ pub(crate) async fn interleaved(
     }
     let mut back = Vec::with_capacity(ops.len());
     for op in ops.iter().rev() {
-        let op = Arc::clone(op);
-        let numbered_on: Op = Arc::new(move |task, i| op(task, i + (1 << 40)));
-        back.push(drive(clients, half, numbered_on).await?);
+        back.push(drive(clients, half, numbered_on(op, 1 << 40)).await?);
     }
     back.reverse();
     Ok(forth
         .iter()
         .zip(&back)
-        .map(|(a, b)| Measured {
-            ops_per_second: (a.ops_per_second + b.ops_per_second) / 2.0,
-            p50_ms: (a.p50_ms + b.p50_ms) / 2.0,
-            p99_ms: (a.p99_ms + b.p99_ms) / 2.0,
-        })
+        .map(|(a, b)| Measured::mean(&[a, b]))
         .collect())
+}
+
+/// `op` with its calls numbered on from `from`, for a second run that must not repeat a key.
+fn numbered_on(op: &Op, from: u64) -> Op {
+    let op = Arc::clone(op);
+    Arc::new(move |task, i| op(task, i + from))
+}
+
+impl Measured {
+    /// The mean of several runs of one variant, each figure averaged on its own.
+    fn mean<M: std::borrow::Borrow<Measured>>(runs: &[M]) -> Measured {
+        let n = runs.len() as f64;
+        let sum =
+            |figure: fn(&Measured) -> f64| runs.iter().map(|r| figure(r.borrow())).sum::<f64>() / n;
+        Measured {
+            ops_per_second: sum(|m| m.ops_per_second),
+            p50_ms: sum(|m| m.p50_ms),
+            p99_ms: sum(|m| m.p99_ms),
+        }
+    }
 }
 
 fn percentile(latencies: &mut [Duration], p: f64) -> f64 {
@@ -286,41 +302,84 @@ async fn count(db: &DatabaseConnection, sql: &str) -> Result<i64> {
 /// Runs every benchmark of `plan` against the PostgreSQL at `url` (a fresh database is created on
 /// it) and a SQLite file, printing what it runs.
 pub async fn run_all(url: &str, plan: &Plan) -> Result<Vec<Figure>> {
-    let bench_db = BenchDatabase::create(url).await?;
-    let url = bench_db.url.clone();
-    let max_clients = plan.clients.iter().copied().max().unwrap_or(1) as u32;
-    // Straight to PostgreSQL, statements cached: the store's own limit. What the pooler-safe
-    // default costs over it is measured on its own (`pooler::pooler_safe_cost`).
-    let config = LedgerConfig::default()
-        .with_max_connections(max_clients + 2)
-        .with_pooler(Pooler::None);
-    let db = connect_postgres(&url, &config).await?;
-    grpc_operation_ledger_seaorm::migrate(&db).await?;
-    db.execute_unprepared(BUSINESS_TABLE).await?;
-    // Without a ping on every acquire, as the adapter's pool (`connect_postgres`).
-    let pool = PgPoolOptions::new()
-        .max_connections(max_clients + 2)
-        .test_before_acquire(false)
-        .connect(&url)
-        .await?;
-    print_statements()?;
-
-    let mut figures = Vec::new();
-    for &clients in &plan.clients {
-        let writes = measure_writes(&db, &pool, &url, clients, plan).await?;
-        figures.extend(writes.figures(clients));
-        eprintln!("measured {clients} client(s)");
-    }
-    figures.extend(pooler::pooler_safe_cost(&url, plan).await?);
-    figures.extend(replay(&db, plan).await?);
-    figures.extend(growth(&db, plan).await?);
-    figures.extend(e2e::end_to_end("postgres", &db, &config, plan).await?);
+    let store = WriteStore::open(url, plan).await?;
+    let mut figures = store.write_figures(plan).await?;
+    let (db, url) = (&store.db, store.bench_db.url.as_str());
+    figures.extend(pooler::pooler_safe_cost(url, plan).await?);
+    figures.extend(replay(db, plan).await?);
+    figures.extend(growth(db, plan).await?);
+    figures.extend(e2e::end_to_end("postgres", db, &store.config, plan).await?);
     figures.extend(sqlite(plan).await?);
     figures.extend(e2e::fingerprint_cost(plan.fingerprint_ops)?);
     figures.extend(retry_layer_overhead(plan).await?);
-    db.close().await?;
-    bench_db.drop_it().await?;
+    store.close().await?;
     Ok(figures)
+}
+
+/// Only the write units (`grpc-ledger-bench --only units`): the business insert, the adapter
+/// claim-first and write-once, the same statements through sqlx, and pgbench's scripts, at each
+/// client count of the plan, on a fresh database of the PostgreSQL at `url`.
+pub async fn units_cost(url: &str, plan: &Plan) -> Result<Vec<Figure>> {
+    let store = WriteStore::open(url, plan).await?;
+    let figures = store.write_figures(plan).await?;
+    store.close().await?;
+    Ok(figures)
+}
+
+/// A fresh database on the PostgreSQL under measure, the ledger migrated into it, the adapter's
+/// pool with statements cached, and a bare sqlx pool for the raw-sql variant.
+struct WriteStore {
+    bench_db: BenchDatabase,
+    config: LedgerConfig,
+    db: DatabaseConnection,
+    pool: sqlx::PgPool,
+}
+
+impl WriteStore {
+    async fn open(url: &str, plan: &Plan) -> Result<WriteStore> {
+        let bench_db = BenchDatabase::create(url).await?;
+        let url = bench_db.url.as_str();
+        let max_clients = plan.clients.iter().copied().max().unwrap_or(1) as u32;
+        // Straight to PostgreSQL, statements cached: the store's own limit. What the pooler-safe
+        // default costs over it is measured on its own (`pooler::pooler_safe_cost`).
+        let config = LedgerConfig::default()
+            .with_max_connections(max_clients + 2)
+            .with_pooler(Pooler::None);
+        let db = connect_postgres(url, &config).await?;
+        grpc_operation_ledger_seaorm::migrate(&db).await?;
+        db.execute_unprepared(BUSINESS_TABLE).await?;
+        // Without a ping on every acquire, as the adapter's pool (`connect_postgres`).
+        let pool = PgPoolOptions::new()
+            .max_connections(max_clients + 2)
+            .test_before_acquire(false)
+            .connect(url)
+            .await?;
+        Ok(WriteStore {
+            bench_db,
+            config,
+            db,
+            pool,
+        })
+    }
+
+    /// The write variants at each client count of `plan`, after printing what they send.
+    async fn write_figures(&self, plan: &Plan) -> Result<Vec<Figure>> {
+        print_statements()?;
+        let mut figures = Vec::new();
+        for &clients in &plan.clients {
+            let url = &self.bench_db.url;
+            let writes = measure_writes(&self.db, &self.pool, url, clients, plan).await?;
+            figures.extend(writes.figures(clients));
+            eprintln!("measured {clients} client(s)");
+        }
+        Ok(figures)
+    }
+
+    async fn close(self) -> Result<()> {
+        self.pool.close().await;
+        self.db.close().await?;
+        self.bench_db.drop_it().await
+    }
 }
 
 /// Only the end-to-end gRPC figures on PostgreSQL (`grpc-ledger-bench --only e2e`), on a fresh
@@ -406,7 +465,7 @@ fn print_statements() -> Result<()> {
     Ok(())
 }
 
-/// Every write variant at one client count, measured one after another in the same run.
+/// Every write variant at one client count, each the mean of its two halves (`measure_writes`).
 struct Writes {
     business: Measured,
     keyed: Measured,
@@ -419,8 +478,18 @@ struct Writes {
     pgbench_commit_once: f64,
 }
 
+/// One write variant: driven in this process, or run by pgbench; each with the slot its two
+/// halves are collected in.
+enum Load<'a> {
+    Driven(&'a Op, usize),
+    Pgbench(&'a str, usize),
+}
+
 /// Runs the write variants with `clients` clients: the business insert alone, the adapter
 /// claim-first and write-once, the same statements as raw SQL, and pgbench's three scripts.
+/// pgbench runs in between, in both halves, as [`interleaved`] runs in-process variants: a drift of
+/// the machine then weighs on the adapter and on pgbench alike, and the adapter/pgbench ratios are
+/// the point of these figures.
 async fn measure_writes(
     db: &DatabaseConnection,
     pool: &sqlx::PgPool,
@@ -429,69 +498,74 @@ async fn measure_writes(
     plan: &Plan,
 ) -> Result<Writes> {
     let run = |variant: &'static str| format!("{variant}-{clients}-{}", std::process::id());
-    let business = drive(
-        clients,
-        plan.seconds,
-        fresh_keys(db, run("b"), |db, _, key| async move {
-            business_op(&db, &key).await
-        }),
-    )
-    .await?;
-    let keyed = drive(
-        clients,
-        plan.seconds,
-        fresh_keys(db, run("k"), |db, task, key| async move {
-            keyed_op(&db, task, &key).await
-        }),
-    )
-    .await?;
-    let write_once = drive(
-        clients,
-        plan.seconds,
-        fresh_keys(db, run("w"), |db, task, key| async move {
-            write_once_op(&db, task, &key).await
-        }),
-    )
-    .await?;
+    let business = fresh_keys(db, run("b"), |db, _, key| async move {
+        business_op(&db, &key).await
+    });
+    let keyed = fresh_keys(db, run("k"), |db, task, key| async move {
+        keyed_op(&db, task, &key).await
+    });
+    let write_once = fresh_keys(db, run("w"), |db, task, key| async move {
+        write_once_op(&db, task, &key).await
+    });
     let (pool, tag) = (pool.clone(), run("r"));
-    let raw = drive(
-        clients,
-        plan.seconds,
-        Arc::new(move |task, i| {
-            let (pool, key) = (pool.clone(), format!("{tag}-{task}-{i}"));
-            Box::pin(async move { raw_op(&pool, task, &key).await })
-        }),
-    )
-    .await?;
+    let raw: Op = Arc::new(move |task, i| {
+        let (pool, key) = (pool.clone(), format!("{tag}-{task}-{i}"));
+        Box::pin(async move { raw_op(&pool, task, &key).await })
+    });
+    let scripts = [
+        pgbench_keyed_script()?,
+        pgbench_keyed_unbounded_script()?,
+        pgbench_business_script(),
+        pgbench_commit_once_script(),
+    ];
+    let loads = [
+        Load::Driven(&business, 0),
+        Load::Driven(&keyed, 1),
+        Load::Driven(&write_once, 2),
+        Load::Driven(&raw, 3),
+        Load::Pgbench(&scripts[0], 0),
+        Load::Pgbench(&scripts[1], 1),
+        Load::Pgbench(&scripts[2], 2),
+        Load::Pgbench(&scripts[3], 3),
+    ];
     let dir = std::env::temp_dir();
-    let (pgbench_keyed, pgbench_keyed_latency) =
-        pgbench(url, &pgbench_keyed_script()?, clients, plan.seconds, &dir)?;
-    let (pgbench_keyed_unbounded, _) = pgbench(
-        url,
-        &pgbench_keyed_unbounded_script()?,
-        clients,
-        plan.seconds,
-        &dir,
-    )?;
-    let (pgbench_business, _) =
-        pgbench(url, &pgbench_business_script(), clients, plan.seconds, &dir)?;
-    let (pgbench_commit_once, _) = pgbench(
-        url,
-        &pgbench_commit_once_script(),
-        clients,
-        plan.seconds,
-        &dir,
-    )?;
+    let half = plan.seconds / 2;
+    // Each variant's two halves: the in-process runs, and pgbench's (rate, mean latency).
+    let mut drove: [Vec<Measured>; 4] = Default::default();
+    let mut pgbench_runs: [Vec<(f64, f64)>; 4] = Default::default();
+    let forth_then_back = loads
+        .iter()
+        .map(|load| (load, 0))
+        .chain(loads.iter().rev().map(|load| (load, 1 << 40)));
+    for (load, numbered_from) in forth_then_back {
+        match *load {
+            Load::Driven(op, slot) => {
+                let op = numbered_on(op, numbered_from);
+                drove[slot].push(drive(clients, half, op).await?);
+            }
+            Load::Pgbench(script, slot) => {
+                pgbench_runs[slot].push(pgbench(url, script, clients, half, &dir)?);
+            }
+        }
+    }
+    let [business, keyed, write_once, raw] = drove.map(|runs| Measured::mean(&runs));
+    let [keyed_pg, unbounded, business_pg, commit_once] = pgbench_runs.map(|runs| {
+        let n = runs.len() as f64;
+        let (tps, latency) = runs
+            .iter()
+            .fold((0.0, 0.0), |(t, l), (a, b)| (t + a, l + b));
+        (tps / n, latency / n)
+    });
     Ok(Writes {
         business,
         keyed,
         write_once,
         raw,
-        pgbench_keyed,
-        pgbench_keyed_latency,
-        pgbench_keyed_unbounded,
-        pgbench_business,
-        pgbench_commit_once,
+        pgbench_keyed: keyed_pg.0,
+        pgbench_keyed_latency: keyed_pg.1,
+        pgbench_keyed_unbounded: unbounded.0,
+        pgbench_business: business_pg.0,
+        pgbench_commit_once: commit_once.0,
     })
 }
 

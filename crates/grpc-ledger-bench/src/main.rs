@@ -1,4 +1,4 @@
-//! `grpc-ledger-bench [--quick] [--out FILE] [--only retry-layer|pooler|sqlite|...]`: run by `cargo xtask bench`,
+//! `grpc-ledger-bench [--quick] [--out FILE] [--only units|e2e|replay|...]`: run by `cargo xtask bench`,
 //! which starts a durable
 //! PostgreSQL and sets `DATABASE_URL` (and `MARIADB_URL`, `GALERA_URLS` for the MariaDB and
 //! Galera figures). Prints a table and writes the figures as JSON.
@@ -25,6 +25,10 @@ struct Args {
     /// Only these figures.
     #[arg(long, value_enum)]
     only: Option<Only>,
+    /// These client counts instead of the plan's 1, 8 and 32 (comma-separated), to measure one
+    /// of them for longer or more often.
+    #[arg(long, value_delimiter = ',')]
+    clients: Option<Vec<usize>>,
 }
 
 /// Figures that run alone.
@@ -41,6 +45,9 @@ enum Only {
     /// MariaDB's figures (`MARIADB_URL`): keyed and business units, and the same run by
     /// mariadb-slap.
     Mariadb,
+    /// The write units on PostgreSQL at each client count: the business insert, the adapter
+    /// claim-first and write-once, the same statements through sqlx, and pgbench running them.
+    Units,
     /// The end-to-end gRPC figures on PostgreSQL, the variants interleaved: unguarded (inline and
     /// in a task), the ledger without the guard, claim-first, write-once and through the executor.
     E2e,
@@ -59,8 +66,16 @@ async fn main() -> anyhow::Result<()> {
         out,
         database_url,
         only,
+        clients,
     } = Args::parse();
-    let plan = if quick { Plan::quick() } else { Plan::full() };
+    let mut plan = if quick { Plan::quick() } else { Plan::full() };
+    if let Some(clients) = clients {
+        anyhow::ensure!(
+            !clients.is_empty() && !clients.contains(&0),
+            "--clients takes one or more counts of at least 1"
+        );
+        plan.clients = clients;
+    }
     if let Some(Only::RetryLayer) = only {
         let figures = retry_layer_overhead(&plan).await?;
         println!("{}", grpc_ledger_bench::table(&figures));
@@ -80,6 +95,11 @@ async fn main() -> anyhow::Result<()> {
     }
     let url =
         database_url.context("DATABASE_URL (or --database-url) names the PostgreSQL to measure")?;
+    if let Some(Only::Units) = only {
+        let figures = grpc_ledger_bench::units_cost(&url, &plan).await?;
+        println!("{}", grpc_ledger_bench::table(&figures));
+        return Ok(());
+    }
     if let Some(Only::E2e) = only {
         let figures = grpc_ledger_bench::end_to_end_cost(&url, &plan).await?;
         println!("{}", grpc_ledger_bench::table(&figures));
