@@ -347,7 +347,7 @@ pub(crate) async fn end_to_end(
         let [base, tasked, bare_ledger, keyed, once, executed] = interleaved(
             clients,
             plan.seconds,
-            &[
+            [
                 &bare(&unguarded, "u", &refused[0]),
                 &bare(&unguarded_in_a_task, "t", &refused[3]),
                 &bare(&ledger_without_guard, "l", &refused[4]),
@@ -356,9 +356,7 @@ pub(crate) async fn end_to_end(
                 &via_executor,
             ],
         )
-        .await?
-        .try_into()
-        .map_err(|_| anyhow::anyhow!("one figure for each variant"))?;
+        .await?;
         let at = |what: &str| format!("e2e {label} {what} @{clients}");
         let base_fig = figure(at("unguarded ops/s"), "ops/s", base.ops_per_second);
         // Each throughput of a variant next to its baseline in the same run.
@@ -475,10 +473,7 @@ pub async fn retry_layer_overhead(plan: &Plan) -> Result<Vec<Figure>> {
             let key = format!("echo-l-{task}-{i}");
             Box::pin(bare_call(l.clone(), key, Some(DEADLINE), Arc::clone(&rl)))
         });
-        let [base, through] = interleaved(clients, plan.seconds, &[&bare_op, &layer_op])
-            .await?
-            .try_into()
-            .map_err(|_| anyhow::anyhow!("one figure for each variant"))?;
+        let [base, through] = interleaved(clients, plan.seconds, [&bare_op, &layer_op]).await?;
         anyhow::ensure!(
             refused.load(Ordering::Relaxed) == 0,
             "the echo server refused calls: the overhead figure would not measure the layer"

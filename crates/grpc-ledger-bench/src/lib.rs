@@ -240,26 +240,24 @@ async fn drive(clients: usize, seconds: Duration, op: Op) -> Result<Measured> {
 /// equally, where variants run one after another for the whole time would each meet a different
 /// part of it; the ratios between them are the point. The second half numbers its calls on from
 /// 2^40, so an op that names its keys by the call's number never sends one twice.
-pub(crate) async fn interleaved(
+pub(crate) async fn interleaved<const N: usize>(
     clients: usize,
     seconds: Duration,
-    ops: &[&Op],
-) -> Result<Vec<Measured>> {
+    ops: [&Op; N],
+) -> Result<[Measured; N]> {
     let half = seconds / 2;
-    let mut forth = Vec::with_capacity(ops.len());
+    let mut forth = Vec::with_capacity(N);
     for op in ops {
         forth.push(drive(clients, half, Arc::clone(op)).await?);
     }
-    let mut back = Vec::with_capacity(ops.len());
+    let mut back = Vec::with_capacity(N);
     for op in ops.iter().rev() {
         back.push(drive(clients, half, numbered_on(op, 1 << 40)).await?);
     }
     back.reverse();
-    Ok(forth
-        .iter()
-        .zip(&back)
-        .map(|(a, b)| Measured::mean(&[a, b]))
-        .collect())
+    Ok(std::array::from_fn(|i| {
+        Measured::mean(&[&forth[i], &back[i]])
+    }))
 }
 
 /// `op` with its calls numbered on from `from`, for a second run that must not repeat a key.
@@ -986,22 +984,13 @@ async fn sqlite(plan: &Plan) -> Result<Vec<Figure>> {
     let file = std::env::temp_dir().join(format!("ledger-bench-{}.sqlite", std::process::id()));
     let db = open_sqlite(&file, &LedgerConfig::default()).await?;
     db.execute_unprepared(BUSINESS_TABLE).await?;
-    let business = drive(
-        1,
-        plan.seconds,
-        fresh_keys(&db, "sb".into(), |db, _, key| async move {
-            business_op(&db, &key).await
-        }),
-    )
-    .await?;
-    let keyed = drive(
-        1,
-        plan.seconds,
-        fresh_keys(&db, "sk".into(), |db, _, key| async move {
-            keyed_op(&db, 0, &key).await
-        }),
-    )
-    .await?;
+    let business = fresh_keys(&db, "sb".into(), |db, _, key| async move {
+        business_op(&db, &key).await
+    });
+    let keyed = fresh_keys(&db, "sk".into(), |db, _, key| async move {
+        keyed_op(&db, 0, &key).await
+    });
+    let [business, keyed] = interleaved(1, plan.seconds, [&business, &keyed]).await?;
     let end_to_end = e2e::end_to_end("sqlite", &db, &LedgerConfig::default(), plan).await?;
     db.close().await?;
     let (c_business, c_keyed) = sqlite_c::c_library_limit(plan.seconds).await?;

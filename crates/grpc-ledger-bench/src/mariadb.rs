@@ -7,7 +7,7 @@ use super::*;
 /// cluster (every node's URL; client `n` writes through node `n % nodes`), at each client count
 /// of `plan`. `label` names the store in the figures. Both variants begin their units as the
 /// guard does (through `SeaOrmUnitsOfWork`, READ COMMITTED), so they differ only by the ledger's
-/// claim and transition.
+/// claim and transition; they run [`interleaved`].
 pub async fn mariadb_family(label: &str, urls: &[String], plan: &Plan) -> Result<Vec<Figure>> {
     let name = format!("ledger_bench_{}", std::process::id());
     let server = urls.first().context("no server URL")?;
@@ -49,38 +49,30 @@ pub async fn mariadb_family(label: &str, urls: &[String], plan: &Plan) -> Result
     for &clients in &plan.clients {
         let run = |variant: &'static str| format!("{variant}-{clients}-{}", std::process::id());
         let (units, tag) = (Arc::clone(&nodes), run("mb"));
-        let business = drive(
-            clients,
-            plan.seconds,
-            Arc::new(move |task, i| {
-                let (units, key) = (Arc::clone(&units), format!("{tag}-{task}-{i}"));
-                Box::pin(async move {
-                    let units = &units[task % units.len()];
-                    let txn = units.begin().await?;
-                    txn.execute_raw(business_statement(DbBackend::MySql, &key, 1))
-                        .await?;
-                    units.commit(txn).await?;
-                    Ok(())
-                })
-            }),
-        )
-        .await?;
+        let business_op: Op = Arc::new(move |task, i| {
+            let (units, key) = (Arc::clone(&units), format!("{tag}-{task}-{i}"));
+            Box::pin(async move {
+                let units = &units[task % units.len()];
+                let txn = units.begin().await?;
+                txn.execute_raw(business_statement(DbBackend::MySql, &key, 1))
+                    .await?;
+                units.commit(txn).await?;
+                Ok(())
+            })
+        });
         let (units, tag) = (Arc::clone(&nodes), run("mk"));
-        let keyed = drive(
-            clients,
-            plan.seconds,
-            Arc::new(move |task, i| {
-                let (units, key) = (Arc::clone(&units), format!("{tag}-{task}-{i}"));
-                Box::pin(async move {
-                    let units = &units[task % units.len()];
-                    let txn = units.begin().await?;
-                    keyed_write(units, &txn, task, &key).await?;
-                    units.commit(txn).await?;
-                    Ok(())
-                })
-            }),
-        )
-        .await?;
+        let keyed_op: Op = Arc::new(move |task, i| {
+            let (units, key) = (Arc::clone(&units), format!("{tag}-{task}-{i}"));
+            Box::pin(async move {
+                let units = &units[task % units.len()];
+                let txn = units.begin().await?;
+                keyed_write(units, &txn, task, &key).await?;
+                units.commit(txn).await?;
+                Ok(())
+            })
+        });
+        let [business, keyed] =
+            interleaved(clients, plan.seconds, [&business_op, &keyed_op]).await?;
         let at = |what: &str| format!("{label} {what} @{clients}");
         let business_fig = figure(at("business ops/s"), "ops/s", business.ops_per_second);
         let keyed_fig = compared(
