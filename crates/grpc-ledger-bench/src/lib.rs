@@ -474,6 +474,17 @@ struct Writes {
     pgbench_keyed_unbounded: f64,
     pgbench_business: f64,
     pgbench_commit_once: f64,
+    /// The adapter's and pgbench's keyed and business rates in each half on its own: the first
+    /// runs the adapter's units before pgbench, the second pgbench before the adapter's units.
+    halves: [Half; 2],
+}
+
+/// One half of a write run: the rates the order check compares.
+struct Half {
+    keyed: f64,
+    pgbench_keyed: f64,
+    business: f64,
+    pgbench_business: f64,
 }
 
 /// One write variant: driven in this process, or run by pgbench; each with the slot its two
@@ -546,6 +557,12 @@ async fn measure_writes(
             }
         }
     }
+    let halves = [0, 1].map(|half| Half {
+        keyed: drove[1][half].ops_per_second,
+        pgbench_keyed: pgbench_runs[0][half].0,
+        business: drove[0][half].ops_per_second,
+        pgbench_business: pgbench_runs[2][half].0,
+    });
     let [business, keyed, write_once, raw] = drove.map(|runs| Measured::mean(&runs));
     let [keyed_pg, unbounded, business_pg, commit_once] = pgbench_runs.map(|runs| {
         let n = runs.len() as f64;
@@ -564,6 +581,7 @@ async fn measure_writes(
         pgbench_keyed_unbounded: unbounded.0,
         pgbench_business: business_pg.0,
         pgbench_commit_once: commit_once.0,
+        halves,
     })
 }
 
@@ -600,6 +618,12 @@ impl Writes {
                 "ops/s",
                 keyed.ops_per_second,
                 &pg_keyed_fig,
+            ),
+            compared(
+                at("business vs pgbench business"),
+                "ops/s",
+                self.business.ops_per_second,
+                &pg_business_fig,
             ),
             compared(
                 at("keyed write-once"),
@@ -656,6 +680,37 @@ impl Writes {
         ]);
         figures.push(figure(at("business p50"), "ms", self.business.p50_ms));
         figures.push(figure(at("business p99"), "ms", self.business.p99_ms));
+        // Each half's adapter/pgbench ratios on their own: when the order of the runs moves them,
+        // the two halves disagree, and only their mean above is a fair comparison.
+        let orders = ["the adapter first", "pgbench first"];
+        for (half, order) in self.halves.iter().zip(orders) {
+            let pg_keyed = figure(
+                at(&format!("pgbench keyed, {order}")),
+                "tps",
+                half.pgbench_keyed,
+            );
+            let pg_business = figure(
+                at(&format!("pgbench business, {order}")),
+                "tps",
+                half.pgbench_business,
+            );
+            figures.extend([
+                compared(
+                    at(&format!("keyed vs pgbench keyed, {order}")),
+                    "ops/s",
+                    half.keyed,
+                    &pg_keyed,
+                ),
+                compared(
+                    at(&format!("business vs pgbench business, {order}")),
+                    "ops/s",
+                    half.business,
+                    &pg_business,
+                ),
+                pg_keyed,
+                pg_business,
+            ]);
+        }
         figures
     }
 }
