@@ -1,8 +1,11 @@
 //! The ledger's write-path benchmarks, as a library so that a smoke test can run the harness with
 //! tiny counts. Every variant of one group runs against the same server in the same run, and is
 //! reported as a ratio to its baseline. The write units (pgbench's among them), the end-to-end
-//! calls and the RetryLayer's pair run interleaved, half their time in one order and half in the
-//! reverse order, so that a drift of the machine weighs on every variant of a group alike.
+//! calls, the RetryLayer's pair, the pooler pair and the adapter's keyed and business units on
+//! MariaDB and SQLite run interleaved, half their time in one order and half in the reverse
+//! order, so that a drift of the machine weighs on every variant of a group alike. The store's
+//! own clients for SQLite (the C library) and MariaDB (mariadb-slap) run after the adapter's pair,
+//! not between its halves.
 
 mod e2e;
 
@@ -204,7 +207,31 @@ pub(crate) struct Measured {
     pub(crate) p99_ms: f64,
 }
 
+/// What one run of a variant did: every call's latency, and how long the run took.
+struct Run {
+    latencies: Vec<Duration>,
+    elapsed: Duration,
+}
+
+impl Measured {
+    /// The figures of several runs of one variant taken together: the rate over their summed
+    /// time, the percentiles over every call of them all.
+    fn of(runs: Vec<Run>) -> Measured {
+        let elapsed: f64 = runs.iter().map(|r| r.elapsed.as_secs_f64()).sum();
+        let mut latencies: Vec<Duration> = runs.into_iter().flat_map(|r| r.latencies).collect();
+        Measured {
+            ops_per_second: latencies.len() as f64 / elapsed,
+            p50_ms: percentile(&mut latencies, 0.50),
+            p99_ms: percentile(&mut latencies, 0.99),
+        }
+    }
+}
+
 async fn drive(clients: usize, seconds: Duration, op: Op) -> Result<Measured> {
+    Ok(Measured::of(vec![run_for(clients, seconds, op).await?]))
+}
+
+async fn run_for(clients: usize, seconds: Duration, op: Op) -> Result<Run> {
     let started = Instant::now();
     let tasks: Vec<_> = (0..clients)
         .map(|task| {
@@ -226,11 +253,9 @@ async fn drive(clients: usize, seconds: Duration, op: Op) -> Result<Measured> {
     for task in tasks {
         latencies.extend(task.await??);
     }
-    let elapsed = started.elapsed().as_secs_f64();
-    Ok(Measured {
-        ops_per_second: latencies.len() as f64 / elapsed,
-        p50_ms: percentile(&mut latencies, 0.50),
-        p99_ms: percentile(&mut latencies, 0.99),
+    Ok(Run {
+        latencies,
+        elapsed: started.elapsed(),
     })
 }
 
@@ -246,38 +271,20 @@ pub(crate) async fn interleaved<const N: usize>(
     ops: [&Op; N],
 ) -> Result<[Measured; N]> {
     let half = seconds / 2;
-    let mut forth = Vec::with_capacity(N);
-    for op in ops {
-        forth.push(drive(clients, half, Arc::clone(op)).await?);
+    let mut runs: [Vec<Run>; N] = std::array::from_fn(|_| Vec::with_capacity(2));
+    for (i, op) in ops.iter().enumerate() {
+        runs[i].push(run_for(clients, half, Arc::clone(op)).await?);
     }
-    let mut back = Vec::with_capacity(N);
-    for op in ops.iter().rev() {
-        back.push(drive(clients, half, numbered_on(op, 1 << 40)).await?);
+    for (i, op) in ops.iter().enumerate().rev() {
+        runs[i].push(run_for(clients, half, numbered_on(op, 1 << 40)).await?);
     }
-    back.reverse();
-    Ok(std::array::from_fn(|i| {
-        Measured::mean(&[&forth[i], &back[i]])
-    }))
+    Ok(runs.map(Measured::of))
 }
 
 /// `op` with its calls numbered on from `from`, for a second run that must not repeat a key.
 fn numbered_on(op: &Op, from: u64) -> Op {
     let op = Arc::clone(op);
     Arc::new(move |task, i| op(task, i + from))
-}
-
-impl Measured {
-    /// The mean of several runs of one variant, each figure averaged on its own.
-    fn mean<M: std::borrow::Borrow<Measured>>(runs: &[M]) -> Measured {
-        let n = runs.len() as f64;
-        let sum =
-            |figure: fn(&Measured) -> f64| runs.iter().map(|r| figure(r.borrow())).sum::<f64>() / n;
-        Measured {
-            ops_per_second: sum(|m| m.ops_per_second),
-            p50_ms: sum(|m| m.p50_ms),
-            p99_ms: sum(|m| m.p99_ms),
-        }
-    }
 }
 
 fn percentile(latencies: &mut [Duration], p: f64) -> f64 {
@@ -463,7 +470,7 @@ fn print_statements() -> Result<()> {
     Ok(())
 }
 
-/// Every write variant at one client count, each the mean of its two halves (`measure_writes`).
+/// Every write variant at one client count, its two halves taken together (`measure_writes`).
 struct Writes {
     business: Measured,
     keyed: Measured,
@@ -479,7 +486,7 @@ struct Writes {
     halves: [Half; 2],
 }
 
-/// One half of a write run: the rates the order check compares.
+/// One half of a write run: the rates reported for it on its own.
 struct Half {
     keyed: f64,
     pgbench_keyed: f64,
@@ -487,11 +494,11 @@ struct Half {
     pgbench_business: f64,
 }
 
-/// One write variant: driven in this process, or run by pgbench; each with the slot its two
-/// halves are collected in.
-enum Load<'a> {
-    Driven(&'a Op, usize),
-    Pgbench(&'a str, usize),
+/// One write variant of a run: the in-process op, or pgbench's script, of that index.
+#[derive(Debug, Clone, Copy)]
+enum Load {
+    Driven(usize),
+    Pgbench(usize),
 }
 
 /// Runs the write variants with `clients` clients: the business insert alone, the adapter
@@ -521,55 +528,51 @@ async fn measure_writes(
         let (pool, key) = (pool.clone(), format!("{tag}-{task}-{i}"));
         Box::pin(async move { raw_op(&pool, task, &key).await })
     });
+    let driven = [&business, &keyed, &write_once, &raw];
     let scripts = [
         pgbench_keyed_script()?,
         pgbench_keyed_unbounded_script()?,
         pgbench_business_script(),
         pgbench_commit_once_script(),
     ];
-    let loads = [
-        Load::Driven(&business, 0),
-        Load::Driven(&keyed, 1),
-        Load::Driven(&write_once, 2),
-        Load::Driven(&raw, 3),
-        Load::Pgbench(&scripts[0], 0),
-        Load::Pgbench(&scripts[1], 1),
-        Load::Pgbench(&scripts[2], 2),
-        Load::Pgbench(&scripts[3], 3),
-    ];
+    let loads: Vec<Load> = (0..driven.len())
+        .map(Load::Driven)
+        .chain((0..scripts.len()).map(Load::Pgbench))
+        .collect();
     let dir = std::env::temp_dir();
-    let half = plan.seconds / 2;
-    // Each variant's two halves: the in-process runs, and pgbench's (rate, mean latency).
-    let mut drove: [Vec<Measured>; 4] = Default::default();
+    // Whole seconds, as pgbench's `-T` takes them, so that both sides run equally long.
+    let half = Duration::from_secs(plan.seconds.as_secs().div_ceil(2).max(1));
+    // Each variant's halves, in the order they ran: the adapter's first, pgbench's first.
+    let mut drove: [Vec<Run>; 4] = Default::default();
     let mut pgbench_runs: [Vec<(f64, f64)>; 4] = Default::default();
     let forth_then_back = loads
         .iter()
         .map(|load| (load, 0))
         .chain(loads.iter().rev().map(|load| (load, 1 << 40)));
-    for (load, numbered_from) in forth_then_back {
-        match *load {
-            Load::Driven(op, slot) => {
-                let op = numbered_on(op, numbered_from);
-                drove[slot].push(drive(clients, half, op).await?);
+    for (&load, numbered_from) in forth_then_back {
+        match load {
+            Load::Driven(i) => {
+                let op = numbered_on(driven[i], numbered_from);
+                drove[i].push(run_for(clients, half, op).await?);
             }
-            Load::Pgbench(script, slot) => {
-                pgbench_runs[slot].push(pgbench(url, script, clients, half, &dir)?);
+            Load::Pgbench(i) => {
+                pgbench_runs[i].push(pgbench(url, &scripts[i], clients, half, &dir)?);
             }
         }
     }
+    let rate = |run: &Run| run.latencies.len() as f64 / run.elapsed.as_secs_f64();
     let halves = [0, 1].map(|half| Half {
-        keyed: drove[1][half].ops_per_second,
+        keyed: rate(&drove[1][half]),
         pgbench_keyed: pgbench_runs[0][half].0,
-        business: drove[0][half].ops_per_second,
+        business: rate(&drove[0][half]),
         pgbench_business: pgbench_runs[2][half].0,
     });
-    let [business, keyed, write_once, raw] = drove.map(|runs| Measured::mean(&runs));
+    let [business, keyed, write_once, raw] = drove.map(Measured::of);
+    // pgbench's halves together: the mean rate, and the mean latency weighted by transactions.
     let [keyed_pg, unbounded, business_pg, commit_once] = pgbench_runs.map(|runs| {
-        let n = runs.len() as f64;
-        let (tps, latency) = runs
-            .iter()
-            .fold((0.0, 0.0), |(t, l), (a, b)| (t + a, l + b));
-        (tps / n, latency / n)
+        let tps: f64 = runs.iter().map(|(tps, _)| tps).sum();
+        let weighted: f64 = runs.iter().map(|(tps, latency)| tps * latency).sum();
+        (tps / runs.len() as f64, weighted / tps)
     });
     Ok(Writes {
         business,

@@ -25,8 +25,8 @@ struct Args {
     /// Only these figures.
     #[arg(long, value_enum)]
     only: Option<Only>,
-    /// These client counts instead of the plan's 1, 8 and 32 (comma-separated), to measure one
-    /// of them for longer or more often.
+    /// These client counts instead of the plan's 1, 8 and 32 (comma-separated, each once), to
+    /// measure one of them alone.
     #[arg(long, value_delimiter = ',')]
     clients: Option<Vec<usize>>,
 }
@@ -70,9 +70,12 @@ async fn main() -> anyhow::Result<()> {
     } = Args::parse();
     let mut plan = if quick { Plan::quick() } else { Plan::full() };
     if let Some(clients) = clients {
+        let mut distinct = clients.clone();
+        distinct.sort_unstable();
+        distinct.dedup();
         anyhow::ensure!(
-            !clients.is_empty() && !clients.contains(&0),
-            "--clients takes one or more counts of at least 1"
+            !clients.is_empty() && !clients.contains(&0) && distinct.len() == clients.len(),
+            "--clients takes one or more different counts, each at least 1"
         );
         plan.clients = clients;
     }

@@ -49,7 +49,7 @@ pub async fn mariadb_family(label: &str, urls: &[String], plan: &Plan) -> Result
     for &clients in &plan.clients {
         let run = |variant: &'static str| format!("{variant}-{clients}-{}", std::process::id());
         let (units, tag) = (Arc::clone(&nodes), run("mb"));
-        let business_op: Op = Arc::new(move |task, i| {
+        let business: Op = Arc::new(move |task, i| {
             let (units, key) = (Arc::clone(&units), format!("{tag}-{task}-{i}"));
             Box::pin(async move {
                 let units = &units[task % units.len()];
@@ -61,7 +61,7 @@ pub async fn mariadb_family(label: &str, urls: &[String], plan: &Plan) -> Result
             })
         });
         let (units, tag) = (Arc::clone(&nodes), run("mk"));
-        let keyed_op: Op = Arc::new(move |task, i| {
+        let keyed: Op = Arc::new(move |task, i| {
             let (units, key) = (Arc::clone(&units), format!("{tag}-{task}-{i}"));
             Box::pin(async move {
                 let units = &units[task % units.len()];
@@ -71,8 +71,7 @@ pub async fn mariadb_family(label: &str, urls: &[String], plan: &Plan) -> Result
                 Ok(())
             })
         });
-        let [business, keyed] =
-            interleaved(clients, plan.seconds, [&business_op, &keyed_op]).await?;
+        let [business, keyed] = interleaved(clients, plan.seconds, [&business, &keyed]).await?;
         let at = |what: &str| format!("{label} {what} @{clients}");
         let business_fig = figure(at("business ops/s"), "ops/s", business.ops_per_second);
         let keyed_fig = compared(

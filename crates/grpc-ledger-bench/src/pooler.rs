@@ -13,10 +13,10 @@ use grpc_operation_ledger_seaorm::{LedgerConfig, Pooler, SeaOrmUnitsOfWork, conn
 use sea_orm::{ConnectionTrait, DbBackend};
 use std::sync::Arc;
 
-use crate::{Figure, Op, Plan, business_statement, compared, drive, figure, identity, lease};
+use crate::{Figure, Op, Plan, business_statement, compared, figure, identity, interleaved, lease};
 
-/// The two pools' keyed units at each client count of `plan`, interleaved (cached, default,
-/// default, cached) so that a drift of the machine weighs on both.
+/// The two pools' keyed units at each client count of `plan`, [`interleaved`] so that a drift of
+/// the machine weighs on both.
 pub(crate) async fn pooler_safe_cost(url: &str, plan: &Plan) -> Result<Vec<Figure>> {
     let max_clients = plan.clients.iter().copied().max().unwrap_or(1) as u32;
     let base = LedgerConfig::default().with_max_connections(max_clients + 2);
@@ -25,26 +25,19 @@ pub(crate) async fn pooler_safe_cost(url: &str, plan: &Plan) -> Result<Vec<Figur
     let cached =
         SeaOrmUnitsOfWork::new(connect_postgres(url, &cached_config).await?, &cached_config);
     let default = SeaOrmUnitsOfWork::new(connect_postgres(url, &config).await?, &config);
-    let half = plan.seconds / 2;
     let mut figures = Vec::new();
     for &clients in &plan.clients {
-        let mut cached_ops = 0.0;
-        let mut default_ops = 0.0;
-        for (round, order) in [[true, false], [false, true]].into_iter().enumerate() {
-            for statements_cached in order {
-                let units = if statements_cached { &cached } else { &default };
-                let tag = format!(
-                    "pooler-{statements_cached}-{clients}-{round}-{}",
-                    std::process::id()
-                );
-                let measured = drive(clients, half, unit_ops(units, tag)).await?;
-                if statements_cached {
-                    cached_ops += measured.ops_per_second / 2.0;
-                } else {
-                    default_ops += measured.ops_per_second / 2.0;
-                }
-            }
-        }
+        let tag = |cached: &str| format!("pooler-{cached}-{clients}-{}", std::process::id());
+        let [cached_unit, default_unit] = interleaved(
+            clients,
+            plan.seconds,
+            [
+                &unit_ops(&cached, tag("cached")),
+                &unit_ops(&default, tag("default")),
+            ],
+        )
+        .await?;
+        let (cached_ops, default_ops) = (cached_unit.ops_per_second, default_unit.ops_per_second);
         let at = |what: &str| format!("pooler c={clients} {what}");
         let baseline = figure(at("keyed unit, statements cached"), "ops/s", cached_ops);
         figures.push(compared(
