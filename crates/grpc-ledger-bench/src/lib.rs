@@ -331,57 +331,66 @@ pub async fn units_cost(url: &str, plan: &Plan) -> Result<Vec<Figure>> {
     Ok(figures)
 }
 
-/// A fresh database on the PostgreSQL under measure, the ledger migrated into it, the adapter's
-/// pool with statements cached, and a bare sqlx pool for the raw-sql variant.
+/// A fresh database on the PostgreSQL under measure, the ledger migrated into it, and the
+/// adapter's pool with statements cached, sized for the plan's largest client count.
 struct WriteStore {
     bench_db: BenchDatabase,
     config: LedgerConfig,
     db: DatabaseConnection,
-    pool: sqlx::PgPool,
+}
+
+/// Straight to PostgreSQL, statements cached: the store's own limit. What the pooler-safe default
+/// costs over it is measured on its own (`pooler::pooler_safe_cost`).
+fn cached_statements(connections: u32) -> LedgerConfig {
+    LedgerConfig::default()
+        .with_max_connections(connections)
+        .with_pooler(Pooler::None)
 }
 
 impl WriteStore {
     async fn open(url: &str, plan: &Plan) -> Result<WriteStore> {
         let bench_db = BenchDatabase::create(url).await?;
-        let url = bench_db.url.as_str();
         let max_clients = plan.clients.iter().copied().max().unwrap_or(1) as u32;
-        // Straight to PostgreSQL, statements cached: the store's own limit. What the pooler-safe
-        // default costs over it is measured on its own (`pooler::pooler_safe_cost`).
-        let config = LedgerConfig::default()
-            .with_max_connections(max_clients + 2)
-            .with_pooler(Pooler::None);
-        let db = connect_postgres(url, &config).await?;
+        let config = cached_statements(max_clients + 2);
+        let db = connect_postgres(&bench_db.url, &config).await?;
         grpc_operation_ledger_seaorm::migrate(&db).await?;
         db.execute_unprepared(BUSINESS_TABLE).await?;
-        // Without a ping on every acquire, as the adapter's pool (`connect_postgres`).
-        let pool = PgPoolOptions::new()
-            .max_connections(max_clients + 2)
-            .test_before_acquire(false)
-            .connect(url)
-            .await?;
         Ok(WriteStore {
             bench_db,
             config,
             db,
-            pool,
         })
     }
 
     /// The write variants at each client count of `plan`, after printing what they send.
+    ///
+    /// Each count has pools of its own, two connections larger than the count, as pgbench opens
+    /// one connection for each client. sqlx's pool hands out its idle connections first in,
+    /// first out, and pings each one on its way back, so a pool far larger than the load spreads
+    /// it over more server processes than it needs, which ADR 0019 measured against pgbench.
     async fn write_figures(&self, plan: &Plan) -> Result<Vec<Figure>> {
         print_statements()?;
+        let url = &self.bench_db.url;
         let mut figures = Vec::new();
         for &clients in &plan.clients {
-            let url = &self.bench_db.url;
-            let writes = measure_writes(&self.db, &self.pool, url, clients, plan).await?;
+            let connections = clients as u32 + 2;
+            let db = connect_postgres(url, &cached_statements(connections)).await?;
+            // Without a ping on every acquire, as the adapter's pool (`connect_postgres`).
+            let pool = PgPoolOptions::new()
+                .max_connections(connections)
+                .test_before_acquire(false)
+                .connect(url)
+                .await?;
+            let writes = measure_writes(&db, &pool, url, clients, plan).await?;
             figures.extend(writes.figures(clients));
+            pool.close().await;
+            db.close().await?;
             eprintln!("measured {clients} client(s)");
         }
         Ok(figures)
     }
 
     async fn close(self) -> Result<()> {
-        self.pool.close().await;
         self.db.close().await?;
         self.bench_db.drop_it().await
     }
@@ -392,9 +401,7 @@ impl WriteStore {
 pub async fn end_to_end_cost(url: &str, plan: &Plan) -> Result<Vec<Figure>> {
     let bench_db = BenchDatabase::create(url).await?;
     let max_clients = plan.clients.iter().copied().max().unwrap_or(1) as u32;
-    let config = LedgerConfig::default()
-        .with_max_connections(max_clients + 2)
-        .with_pooler(Pooler::None);
+    let config = cached_statements(max_clients + 2);
     let db = connect_postgres(&bench_db.url, &config).await?;
     grpc_operation_ledger_seaorm::migrate(&db).await?;
     let figures = e2e::end_to_end("postgres", &db, &config, plan).await?;
