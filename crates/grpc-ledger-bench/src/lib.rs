@@ -7,6 +7,7 @@
 //! own clients for SQLite (the C library) and MariaDB (mariadb-slap) run after the adapter's pair,
 //! not between its halves.
 
+mod cpu;
 mod e2e;
 
 pub use e2e::retry_layer_overhead;
@@ -16,11 +17,12 @@ mod pgbench;
 mod pooler;
 mod sqlite_c;
 
+use cpu::CpuTimes;
 pub use figures::{Figure, Plan, json, table};
 pub(crate) use figures::{compared, figure};
 pub use mariadb::mariadb_family;
 use pgbench::{
-    pgbench, pgbench_business_script, pgbench_commit_once_script, pgbench_keyed_script,
+    PgbenchRun, pgbench, pgbench_business_script, pgbench_commit_once_script, pgbench_keyed_script,
     pgbench_keyed_unbounded_script,
 };
 
@@ -205,12 +207,17 @@ pub(crate) struct Measured {
     pub(crate) ops_per_second: f64,
     pub(crate) p50_ms: f64,
     pub(crate) p99_ms: f64,
+    /// This process's CPU time over the run, every thread, for each call: the client's cost of
+    /// a call when this process only drives it (the server's side runs elsewhere).
+    pub(crate) cpu_us_per_op: f64,
 }
 
-/// What one run of a variant did: every call's latency, and how long the run took.
+/// What one run of a variant did: every call's latency, how long the run took, and the CPU time
+/// this process used meanwhile.
 struct Run {
     latencies: Vec<Duration>,
     elapsed: Duration,
+    cpu: Duration,
 }
 
 impl Measured {
@@ -218,11 +225,14 @@ impl Measured {
     /// time, the percentiles over every call of them all.
     fn of(runs: Vec<Run>) -> Measured {
         let elapsed: f64 = runs.iter().map(|r| r.elapsed.as_secs_f64()).sum();
+        let cpu: f64 = runs.iter().map(|r| r.cpu.as_secs_f64()).sum();
         let mut latencies: Vec<Duration> = runs.into_iter().flat_map(|r| r.latencies).collect();
+        let calls = latencies.len().max(1) as f64;
         Measured {
             ops_per_second: latencies.len() as f64 / elapsed,
             p50_ms: percentile(&mut latencies, 0.50),
             p99_ms: percentile(&mut latencies, 0.99),
+            cpu_us_per_op: cpu * 1e6 / calls,
         }
     }
 }
@@ -232,6 +242,7 @@ async fn drive(clients: usize, seconds: Duration, op: Op) -> Result<Measured> {
 }
 
 async fn run_for(clients: usize, seconds: Duration, op: Op) -> Result<Run> {
+    let cpu_before = CpuTimes::now()?;
     let started = Instant::now();
     let tasks: Vec<_> = (0..clients)
         .map(|task| {
@@ -253,9 +264,11 @@ async fn run_for(clients: usize, seconds: Duration, op: Op) -> Result<Run> {
     for task in tasks {
         latencies.extend(task.await??);
     }
+    let elapsed = started.elapsed();
     Ok(Run {
         latencies,
-        elapsed: started.elapsed(),
+        elapsed,
+        cpu: CpuTimes::now()?.since(cpu_before).own,
     })
 }
 
@@ -488,6 +501,9 @@ struct Writes {
     pgbench_keyed_unbounded: f64,
     pgbench_business: f64,
     pgbench_commit_once: f64,
+    /// pgbench's own CPU time for each keyed and each business transaction.
+    pgbench_keyed_cpu_us: f64,
+    pgbench_business_cpu_us: f64,
     /// The adapter's and pgbench's keyed and business rates in each half on its own: the first
     /// runs the adapter's units before pgbench, the second pgbench before the adapter's units.
     halves: [Half; 2],
@@ -551,7 +567,7 @@ async fn measure_writes(
     let half = Duration::from_secs(plan.seconds.as_secs().div_ceil(2).max(1));
     // Each variant's halves, in the order they ran: the adapter's first, pgbench's first.
     let mut drove: [Vec<Run>; 4] = Default::default();
-    let mut pgbench_runs: [Vec<(f64, f64)>; 4] = Default::default();
+    let mut pgbench_runs: [Vec<PgbenchRun>; 4] = Default::default();
     let forth_then_back = loads
         .iter()
         .map(|load| (load, 0))
@@ -570,27 +586,24 @@ async fn measure_writes(
     let rate = |run: &Run| run.latencies.len() as f64 / run.elapsed.as_secs_f64();
     let halves = [0, 1].map(|half| Half {
         keyed: rate(&drove[1][half]),
-        pgbench_keyed: pgbench_runs[0][half].0,
+        pgbench_keyed: pgbench_runs[0][half].tps,
         business: rate(&drove[0][half]),
-        pgbench_business: pgbench_runs[2][half].0,
+        pgbench_business: pgbench_runs[2][half].tps,
     });
     let [business, keyed, write_once, raw] = drove.map(Measured::of);
-    // pgbench's halves together: the mean rate, and the mean latency weighted by transactions.
-    let [keyed_pg, unbounded, business_pg, commit_once] = pgbench_runs.map(|runs| {
-        let tps: f64 = runs.iter().map(|(tps, _)| tps).sum();
-        let weighted: f64 = runs.iter().map(|(tps, latency)| tps * latency).sum();
-        (tps / runs.len() as f64, weighted / tps)
-    });
+    let [keyed_pg, unbounded, business_pg, commit_once] = pgbench_runs.map(PgbenchRun::together);
     Ok(Writes {
         business,
         keyed,
         write_once,
         raw,
-        pgbench_keyed: keyed_pg.0,
-        pgbench_keyed_latency: keyed_pg.1,
-        pgbench_keyed_unbounded: unbounded.0,
-        pgbench_business: business_pg.0,
-        pgbench_commit_once: commit_once.0,
+        pgbench_keyed: keyed_pg.tps,
+        pgbench_keyed_latency: keyed_pg.mean_ms,
+        pgbench_keyed_unbounded: unbounded.tps,
+        pgbench_business: business_pg.tps,
+        pgbench_commit_once: commit_once.tps,
+        pgbench_keyed_cpu_us: keyed_pg.cpu_us_per_transaction(),
+        pgbench_business_cpu_us: business_pg.cpu_us_per_transaction(),
         halves,
     })
 }
@@ -690,6 +703,38 @@ impl Writes {
         ]);
         figures.push(figure(at("business p50"), "ms", self.business.p50_ms));
         figures.push(figure(at("business p99"), "ms", self.business.p99_ms));
+        // The client's own CPU for each unit: this process for the adapter's, pgbench's for its.
+        let pg_keyed_cpu = figure(
+            at("pgbench keyed client CPU per transaction"),
+            "µs",
+            self.pgbench_keyed_cpu_us,
+        );
+        let pg_business_cpu = figure(
+            at("pgbench business client CPU per transaction"),
+            "µs",
+            self.pgbench_business_cpu_us,
+        );
+        figures.extend([
+            compared(
+                at("keyed client CPU per op vs pgbench"),
+                "µs",
+                self.keyed.cpu_us_per_op,
+                &pg_keyed_cpu,
+            ),
+            compared(
+                at("business client CPU per op vs pgbench"),
+                "µs",
+                self.business.cpu_us_per_op,
+                &pg_business_cpu,
+            ),
+            figure(
+                at("raw-sql client CPU per op"),
+                "µs",
+                self.raw.cpu_us_per_op,
+            ),
+            pg_keyed_cpu,
+            pg_business_cpu,
+        ]);
         // Each half's adapter/pgbench ratios on their own: when the order of the runs moves them,
         // the two halves disagree, and only their mean above is a fair comparison.
         let orders = ["the adapter first", "pgbench first"];

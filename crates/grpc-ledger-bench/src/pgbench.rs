@@ -100,16 +100,47 @@ pub(crate) fn pgbench_business_script() -> String {
     )
 }
 
-/// Runs a pgbench script; returns transactions per second and the mean latency in ms.
+/// What one pgbench run measured.
+pub(crate) struct PgbenchRun {
+    pub(crate) tps: f64,
+    pub(crate) mean_ms: f64,
+    transactions: f64,
+    /// pgbench's own CPU time, all its threads, for the whole run.
+    cpu: Duration,
+}
+
+impl PgbenchRun {
+    /// Several runs of one script taken together: the mean rate, the mean latency weighted by
+    /// transactions, and the CPU time of them all.
+    pub(crate) fn together(runs: Vec<PgbenchRun>) -> PgbenchRun {
+        let n = runs.len().max(1) as f64;
+        let transactions: f64 = runs.iter().map(|r| r.transactions).sum();
+        let weighted: f64 = runs.iter().map(|r| r.mean_ms * r.transactions).sum();
+        PgbenchRun {
+            tps: runs.iter().map(|r| r.tps).sum::<f64>() / n,
+            mean_ms: weighted / transactions.max(1.0),
+            transactions,
+            cpu: runs.iter().map(|r| r.cpu).sum(),
+        }
+    }
+
+    /// pgbench's CPU time for each transaction, in µs.
+    pub(crate) fn cpu_us_per_transaction(&self) -> f64 {
+        self.cpu.as_secs_f64() * 1e6 / self.transactions.max(1.0)
+    }
+}
+
+/// Runs a pgbench script and waits for it.
 pub(crate) fn pgbench(
     url: &str,
     script: &str,
     clients: usize,
     seconds: Duration,
     dir: &Path,
-) -> Result<(f64, f64)> {
+) -> Result<PgbenchRun> {
     let file = dir.join(format!("script-{}.sql", std::process::id()));
     std::fs::write(&file, script)?;
+    let cpu_before = CpuTimes::now()?;
     let output = Command::new(pgbench_binary())
         .arg(url)
         .args([
@@ -125,17 +156,30 @@ pub(crate) fn pgbench(
         .arg(&file)
         .output()
         .context("running pgbench")?;
+    let cpu = CpuTimes::now()?.since(cpu_before).children;
     let text = String::from_utf8_lossy(&output.stdout);
     let number = |prefix: &str| {
         text.lines()
             .find_map(|l| l.strip_prefix(prefix))
-            .and_then(|rest| rest.split_whitespace().next())
+            .and_then(|rest| rest.split(|c: char| c.is_whitespace() || c == '/').next())
             .and_then(|v| v.parse::<f64>().ok())
     };
     // pgbench still prints a rate when some of its clients aborted on an error: only a clean
     // exit says every transaction of the script ran as written.
-    match (number("tps = "), number("latency average = ")) {
-        (Some(tps), Some(latency)) if output.status.success() => Ok((tps, latency)),
+    let figures = (
+        number("tps = "),
+        number("latency average = "),
+        number("number of transactions actually processed: "),
+    );
+    match figures {
+        (Some(tps), Some(mean_ms), Some(transactions)) if output.status.success() => {
+            Ok(PgbenchRun {
+                tps,
+                mean_ms,
+                transactions,
+                cpu,
+            })
+        }
         _ => bail!(
             "pgbench failed: {}{}",
             text,
