@@ -7,7 +7,7 @@ use anyhow::{Context, Result};
 
 /// The unit of `/proc`'s times: Linux's USER_HZ, which the kernel fixes at 100 for user space
 /// (`getconf CLK_TCK`).
-const TICKS_PER_SECOND: f64 = 100.0;
+const TICKS_PER_SECOND: u32 = 100;
 
 /// CPU time used so far, user and system together.
 #[derive(Debug, Clone, Copy)]
@@ -19,22 +19,27 @@ pub(crate) struct CpuTimes {
 }
 
 impl CpuTimes {
-    /// Read from `/proc/self/stat` (fields 14-17 of proc(5): utime, stime, cutime, cstime), at a
-    /// tick's resolution (10 ms), which is fine for runs of seconds.
+    /// Read from `/proc/self/stat` at a tick's resolution (10 ms), which is fine for runs of
+    /// seconds.
     pub(crate) fn now() -> Result<CpuTimes> {
         let stat = std::fs::read_to_string("/proc/self/stat").context("reading /proc/self/stat")?;
+        CpuTimes::parse(&stat)
+    }
+
+    /// Fields 14-17 of proc(5)'s `stat` line: utime, stime, cutime, cstime, in ticks.
+    fn parse(stat: &str) -> Result<CpuTimes> {
         // The command name, field 2, may hold spaces and parentheses: field 3 follows its last ')'.
         let after_name = stat
             .rfind(')')
-            .context("no command name in /proc/self/stat")?;
+            .context("no command name in the stat line")?;
         let fields: Vec<&str> = stat[after_name + 1..].split_whitespace().collect();
-        let field = |number: usize| -> Result<f64> {
+        let field = |number: usize| -> Result<u64> {
             let text = fields
                 .get(number - 3)
-                .with_context(|| format!("/proc/self/stat has no field {number}"))?;
-            Ok(text.parse::<f64>()?)
+                .with_context(|| format!("the stat line has no field {number}"))?;
+            Ok(text.parse::<u64>()?)
         };
-        let seconds = |ticks: f64| Duration::from_secs_f64(ticks / TICKS_PER_SECOND);
+        let seconds = |ticks: u64| Duration::from_secs(ticks) / TICKS_PER_SECOND;
         Ok(CpuTimes {
             own: seconds(field(14)? + field(15)?),
             children: seconds(field(16)? + field(17)?),
@@ -69,6 +74,16 @@ mod tests {
                 "a minute of work and {counted:?} counted"
             );
         }
+    }
+
+    #[test]
+    fn the_four_times_are_read_from_their_fields_after_the_command_name() {
+        // A command name with a space and parentheses; utime 7, stime 11, cutime 300, cstime 5.
+        let line = "4242 (a (b) c) S 1 4242 4242 0 -1 4194560 10 0 0 0 7 11 300 5 20 0 3 0 99";
+        let times = CpuTimes::parse(line).unwrap();
+        assert_eq!(times.own, Duration::from_millis(180));
+        assert_eq!(times.children, Duration::from_millis(3050));
+        assert!(CpuTimes::parse("4242 (short) S 1 2").is_err());
     }
 
     #[test]
