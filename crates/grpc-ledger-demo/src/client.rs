@@ -227,18 +227,22 @@ pub(crate) async fn resend_until_answered(
     Ok(acknowledged)
 }
 
-/// [`reconcile`], waited for while the store is unreachable (it may be restarting under a fault
-/// test).
+/// How long [`reconcile_until_reachable`] waits for the store. A Galera node that rejoins after a
+/// kill refuses work until it has caught up with the cluster, and on two shared cores that took
+/// longer than ten seconds (a fresh cluster's first sync takes about as long).
+const RECONCILE_PATIENCE: Duration = Duration::from_secs(60);
+
+/// [`reconcile`], waited for while the store is unreachable (it may be restarting, or rejoining
+/// its cluster, under a fault test), for at most [`RECONCILE_PATIENCE`].
 async fn reconcile_until_reachable(
     units: &SeaOrmUnitsOfWork,
     run_id: &str,
     acknowledged: &[Acknowledged],
     report: &mut DemoReport,
 ) -> Result<()> {
-    let mut tries = 0;
+    let until = Instant::now() + RECONCILE_PATIENCE;
     while let Err(error) = reconcile(units, run_id, acknowledged, report).await {
-        tries += 1;
-        if tries == 20 {
+        if Instant::now() >= until {
             return Err(error.context("reconciling from the database"));
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
