@@ -68,8 +68,9 @@ enum UnitShape {
 /// says, and with [`UnitShape::LedgerInATask`] the ledger's statements around it.
 struct Unguarded {
     units: Arc<SeaOrmUnitsOfWork>,
-    /// The payment ids' prefix, one for each variant: all variants write to the same table.
-    ids: &'static str,
+    /// The payment ids' prefix, one for each variant and client count: all of them write to the
+    /// same table.
+    ids: String,
     next_id: AtomicU64,
     shape: UnitShape,
     /// The guarded service's key hasher, so that the key is hashed as the guard hashes it.
@@ -156,7 +157,7 @@ impl Payments for Unguarded {
         let payment = Payment {
             payment_id: format!(
                 "{}-{}",
-                self.ids,
+                &self.ids,
                 self.next_id.fetch_add(1, Ordering::Relaxed)
             ),
             account: request.account,
@@ -193,18 +194,32 @@ impl Payments for Unguarded {
     }
 }
 
-/// Serves `service` on a loopback port for as long as the process runs; a client of it.
-async fn serve_on_loopback(service: impl Payments) -> Result<Client> {
+/// A server on a loopback port and a client of it; the server stops accepting calls when this is
+/// dropped, so that the services of one client count, and the pool they hold, end with it.
+struct LoopbackServer {
+    client: Client,
+    _stop: tokio::sync::oneshot::Sender<()>,
+}
+
+/// Serves `service` on a loopback port until the returned [`LoopbackServer`] is dropped.
+async fn serve_on_loopback(service: impl Payments) -> Result<LoopbackServer> {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
-    tokio::spawn(serve(listener, service, std::future::pending()));
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    // The sender is never used: its drop ends the wait.
+    tokio::spawn(serve(listener, service, async {
+        let _ = stopped.await;
+    }));
     let channel = Channel::from_shared(format!("http://{addr}"))?
         .connect()
         .await?;
-    Ok(PaymentsClient::with_interceptor(
-        CommitObserver::new(channel),
-        with_token as fn(_) -> _,
-    ))
+    Ok(LoopbackServer {
+        client: PaymentsClient::with_interceptor(
+            CommitObserver::new(channel),
+            with_token as fn(_) -> _,
+        ),
+        _stop: stop,
+    })
 }
 
 /// The demo's request shape: an account, an amount and five labels.
@@ -282,18 +297,21 @@ async fn executor_call(client: Client, executor: Arc<RetryExecutor>, key: String
 }
 
 /// The variants at each client count of `plan`, on the store of `db` (`label` names it).
+/// The end-to-end figures at `clients` clients, each variant served by a server of its own on
+/// `db` for this count only: the caller sizes `db`'s pool to the count, as the write units'.
 pub(crate) async fn end_to_end(
     label: &str,
     db: &DatabaseConnection,
     config: &LedgerConfig,
+    clients: usize,
     plan: &Plan,
 ) -> Result<Vec<Figure>> {
     grpc_ledger_payments::prepare_database(db).await?;
     let units = Arc::new(SeaOrmUnitsOfWork::new(db.clone(), config));
     let hasher = grpc_ledger_payments::key_hasher()?;
-    let baseline = |ids: &'static str, shape: UnitShape| Unguarded {
+    let baseline = |variant: &str, shape: UnitShape| Unguarded {
         units: Arc::clone(&units),
-        ids,
+        ids: format!("{variant}{clients}"),
         next_id: AtomicU64::new(1),
         shape,
         hasher: hasher.clone(),
@@ -308,7 +326,7 @@ pub(crate) async fn end_to_end(
         config,
         GuardMode::ClaimFirst,
         Arc::clone(&no_faults),
-        &format!("g-{label}-{run}"),
+        &format!("g-{label}-{clients}-{run}"),
     )?)
     .await?;
     let write_once = serve_on_loopback(grpc_ledger_payments::service(
@@ -316,103 +334,101 @@ pub(crate) async fn end_to_end(
         config,
         GuardMode::WriteOnceInTransactionOnly,
         no_faults,
-        &format!("w-{label}-{run}"),
+        &format!("w-{label}-{clients}-{run}"),
     )?)
     .await?;
     let (settings, budget) = retry_settings()?;
     let executor = Arc::new(RetryExecutor::new(settings, budget));
     let mut figures = Vec::new();
-    for &clients in &plan.clients {
-        let tag = |variant: &str| format!("{label}-{variant}-{clients}-{run}");
-        let bare = |client: &Client, variant: &str, refused: &Arc<AtomicU64>| -> Op {
-            let (client, prefix, refused) = (client.clone(), tag(variant), Arc::clone(refused));
-            Arc::new(move |task, i| {
-                Box::pin(bare_call(
-                    client.clone(),
-                    format!("{prefix}-{task}-{i}"),
-                    None,
-                    Arc::clone(&refused),
-                ))
-            })
-        };
-        let refused: [Arc<AtomicU64>; 5] = Default::default();
-        let (client, prefix, through) = (guarded.clone(), tag("e"), Arc::clone(&executor));
-        let via_executor: Op = Arc::new(move |task, i| {
-            Box::pin(executor_call(
+    let tag = |variant: &str| format!("{label}-{variant}-{clients}-{run}");
+    let bare = |client: &Client, variant: &str, refused: &Arc<AtomicU64>| -> Op {
+        let (client, prefix, refused) = (client.clone(), tag(variant), Arc::clone(refused));
+        Arc::new(move |task, i| {
+            Box::pin(bare_call(
                 client.clone(),
-                Arc::clone(&through),
                 format!("{prefix}-{task}-{i}"),
+                None,
+                Arc::clone(&refused),
             ))
-        });
-        let [base, tasked, bare_ledger, keyed, once, executed] = interleaved(
-            clients,
-            plan.seconds,
-            [
-                &bare(&unguarded, "u", &refused[0]),
-                &bare(&unguarded_in_a_task, "t", &refused[3]),
-                &bare(&ledger_without_guard, "l", &refused[4]),
-                &bare(&guarded, "g", &refused[1]),
-                &bare(&write_once, "w", &refused[2]),
-                &via_executor,
-            ],
-        )
-        .await?;
-        let at = |what: &str| format!("e2e {label} {what} @{clients}");
-        let base_fig = figure(at("unguarded ops/s"), "ops/s", base.ops_per_second);
-        // Each throughput of a variant next to its baseline in the same run.
-        let rate = |what: &str, of: &Measured, baseline: &Figure| {
-            compared(at(what), "ops/s", of.ops_per_second, baseline)
-        };
-        let keyed_fig = rate("guarded ops/s", &keyed, &base_fig);
-        let tasked_fig = rate("unguarded in a task ops/s", &tasked, &base_fig);
-        let keyed_vs_tasked = rate("guarded vs unguarded in a task ops/s", &keyed, &tasked_fig);
-        let bare_ledger_fig = rate("ledger without the guard ops/s", &bare_ledger, &base_fig);
-        let keyed_vs_bare_ledger = rate(
-            "guarded vs ledger without the guard ops/s",
-            &keyed,
-            &bare_ledger_fig,
-        );
-        let once_fig = rate("guarded write-once ops/s", &once, &base_fig);
-        let once_vs_claim_first = rate("write-once vs claim-first ops/s", &once, &keyed_fig);
-        let executed_fig = rate("guarded via executor ops/s", &executed, &keyed_fig);
-        let base_p50 = figure(at("unguarded p50"), "ms", base.p50_ms);
-        let keyed_p50 = compared(at("guarded p50"), "ms", keyed.p50_ms, &base_p50);
-        figures.extend([
-            base_fig,
-            keyed_fig,
-            tasked_fig,
-            keyed_vs_tasked,
-            bare_ledger_fig,
-            keyed_vs_bare_ledger,
-            once_fig,
-            once_vs_claim_first,
-            executed_fig,
-            base_p50,
-            keyed_p50,
-            figure(at("unguarded p99"), "ms", base.p99_ms),
-            figure(at("guarded p99"), "ms", keyed.p99_ms),
-            figure(at("guarded via executor p50"), "ms", executed.p50_ms),
-            figure(at("guarded write-once p50"), "ms", once.p50_ms),
-        ]);
-        for (variant, refused) in [
-            "unguarded",
-            "guarded",
-            "guarded write-once",
-            "unguarded in a task",
-            "ledger without the guard",
-        ]
-        .into_iter()
-        .zip(&refused)
-        {
-            let count = refused.load(Ordering::Relaxed) as f64;
-            figures.push(figure(
-                at(&format!("{variant} refused busy")),
-                "calls",
-                count,
-            ));
-        }
-        eprintln!("measured end to end on {label} at {clients} client(s)");
+        })
+    };
+    let refused: [Arc<AtomicU64>; 5] = Default::default();
+    let (client, prefix, through) = (guarded.client.clone(), tag("e"), Arc::clone(&executor));
+    let via_executor: Op = Arc::new(move |task, i| {
+        Box::pin(executor_call(
+            client.clone(),
+            Arc::clone(&through),
+            format!("{prefix}-{task}-{i}"),
+        ))
+    });
+    let [base, tasked, bare_ledger, keyed, once, executed] = interleaved(
+        clients,
+        plan.seconds,
+        [
+            &bare(&unguarded.client, "u", &refused[0]),
+            &bare(&unguarded_in_a_task.client, "t", &refused[3]),
+            &bare(&ledger_without_guard.client, "l", &refused[4]),
+            &bare(&guarded.client, "g", &refused[1]),
+            &bare(&write_once.client, "w", &refused[2]),
+            &via_executor,
+        ],
+    )
+    .await?;
+    let at = |what: &str| format!("e2e {label} {what} @{clients}");
+    let base_fig = figure(at("unguarded ops/s"), "ops/s", base.ops_per_second);
+    // Each throughput of a variant next to its baseline in the same run.
+    let rate = |what: &str, of: &Measured, baseline: &Figure| {
+        compared(at(what), "ops/s", of.ops_per_second, baseline)
+    };
+    let keyed_fig = rate("guarded ops/s", &keyed, &base_fig);
+    let tasked_fig = rate("unguarded in a task ops/s", &tasked, &base_fig);
+    let keyed_vs_tasked = rate("guarded vs unguarded in a task ops/s", &keyed, &tasked_fig);
+    let bare_ledger_fig = rate("ledger without the guard ops/s", &bare_ledger, &base_fig);
+    let keyed_vs_bare_ledger = rate(
+        "guarded vs ledger without the guard ops/s",
+        &keyed,
+        &bare_ledger_fig,
+    );
+    let once_fig = rate("guarded write-once ops/s", &once, &base_fig);
+    let once_vs_claim_first = rate("write-once vs claim-first ops/s", &once, &keyed_fig);
+    let executed_fig = rate("guarded via executor ops/s", &executed, &keyed_fig);
+    let base_p50 = figure(at("unguarded p50"), "ms", base.p50_ms);
+    let keyed_p50 = compared(at("guarded p50"), "ms", keyed.p50_ms, &base_p50);
+    figures.extend([
+        base_fig,
+        keyed_fig,
+        tasked_fig,
+        keyed_vs_tasked,
+        bare_ledger_fig,
+        keyed_vs_bare_ledger,
+        once_fig,
+        once_vs_claim_first,
+        executed_fig,
+        base_p50,
+        keyed_p50,
+        figure(at("unguarded p99"), "ms", base.p99_ms),
+        figure(at("guarded p99"), "ms", keyed.p99_ms),
+        figure(at("guarded via executor p50"), "ms", executed.p50_ms),
+        figure(at("guarded write-once p50"), "ms", once.p50_ms),
+    ]);
+    for (variant, refused) in [
+        "unguarded",
+        "guarded",
+        "guarded write-once",
+        "unguarded in a task",
+        "ledger without the guard",
+    ]
+    .into_iter()
+    .zip(&refused)
+    {
+        let count = refused.load(Ordering::Relaxed) as f64;
+        figures.push(figure(
+            at(&format!("{variant} refused busy")),
+            "calls",
+            count,
+        ));
     }
+    eprintln!("measured end to end on {label} at {clients} client(s)");
     Ok(figures)
 }
 

@@ -326,7 +326,7 @@ pub async fn run_all(url: &str, plan: &Plan) -> Result<Vec<Figure>> {
     figures.extend(pooler::pooler_safe_cost(url, plan).await?);
     figures.extend(replay(db, plan).await?);
     figures.extend(growth(db, plan).await?);
-    figures.extend(e2e::end_to_end("postgres", db, &store.config, plan).await?);
+    figures.extend(end_to_end_on_postgres(url, plan).await?);
     figures.extend(sqlite(plan).await?);
     figures.extend(e2e::fingerprint_cost(plan.fingerprint_ops)?);
     figures.extend(retry_layer_overhead(plan).await?);
@@ -348,7 +348,6 @@ pub async fn units_cost(url: &str, plan: &Plan) -> Result<Vec<Figure>> {
 /// adapter's pool with statements cached, sized for the plan's largest client count.
 struct WriteStore {
     bench_db: BenchDatabase,
-    config: LedgerConfig,
     db: DatabaseConnection,
 }
 
@@ -368,11 +367,7 @@ impl WriteStore {
         let db = connect_postgres(&bench_db.url, &config).await?;
         grpc_operation_ledger_seaorm::migrate(&db).await?;
         db.execute_unprepared(BUSINESS_TABLE).await?;
-        Ok(WriteStore {
-            bench_db,
-            config,
-            db,
-        })
+        Ok(WriteStore { bench_db, db })
     }
 
     /// The write variants at each client count of `plan`, after printing what they send.
@@ -413,13 +408,25 @@ impl WriteStore {
 /// database of the PostgreSQL at `url`, with statements cached as in the full run.
 pub async fn end_to_end_cost(url: &str, plan: &Plan) -> Result<Vec<Figure>> {
     let bench_db = BenchDatabase::create(url).await?;
-    let max_clients = plan.clients.iter().copied().max().unwrap_or(1) as u32;
-    let config = cached_statements(max_clients + 2);
-    let db = connect_postgres(&bench_db.url, &config).await?;
+    let db = connect_postgres(&bench_db.url, &cached_statements(1)).await?;
     grpc_operation_ledger_seaorm::migrate(&db).await?;
-    let figures = e2e::end_to_end("postgres", &db, &config, plan).await?;
     db.close().await?;
+    let figures = end_to_end_on_postgres(&bench_db.url, plan).await?;
     bench_db.drop_it().await?;
+    Ok(figures)
+}
+
+/// The end-to-end figures on the migrated PostgreSQL database at `url`, at each client count of
+/// `plan`, each count on a pool of its own two connections larger than the count, as the write
+/// units' ([`WriteStore::write_figures`]).
+async fn end_to_end_on_postgres(url: &str, plan: &Plan) -> Result<Vec<Figure>> {
+    let mut figures = Vec::new();
+    for &clients in &plan.clients {
+        let config = cached_statements(clients as u32 + 2);
+        let db = connect_postgres(url, &config).await?;
+        figures.extend(e2e::end_to_end("postgres", &db, &config, clients, plan).await?);
+        db.close().await?;
+    }
     Ok(figures)
 }
 
@@ -1101,7 +1108,11 @@ async fn sqlite(plan: &Plan) -> Result<Vec<Figure>> {
         keyed_op(&db, 0, &key).await
     });
     let [business, keyed] = interleaved(1, plan.seconds, [&business, &keyed]).await?;
-    let end_to_end = e2e::end_to_end("sqlite", &db, &LedgerConfig::default(), plan).await?;
+    let mut end_to_end = Vec::new();
+    for &clients in &plan.clients {
+        let config = LedgerConfig::default();
+        end_to_end.extend(e2e::end_to_end("sqlite", &db, &config, clients, plan).await?);
+    }
     db.close().await?;
     let (c_business, c_keyed) = sqlite_c::c_library_limit(plan.seconds).await?;
     remove_sqlite_file(&file);
