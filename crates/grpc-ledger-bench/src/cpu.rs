@@ -28,17 +28,7 @@ impl CpuTimes {
 
     /// Fields 14-17 of proc(5)'s `stat` line: utime, stime, cutime, cstime, in ticks.
     fn parse(stat: &str) -> Result<CpuTimes> {
-        // The command name, field 2, may hold spaces and parentheses: field 3 follows its last ')'.
-        let after_name = stat
-            .rfind(')')
-            .context("no command name in the stat line")?;
-        let fields: Vec<&str> = stat[after_name + 1..].split_whitespace().collect();
-        let field = |number: usize| -> Result<u64> {
-            let text = fields
-                .get(number - 3)
-                .with_context(|| format!("the stat line has no field {number}"))?;
-            Ok(text.parse::<u64>()?)
-        };
+        let field = |number: usize| stat_field(stat, number);
         let seconds = |ticks: u64| Duration::from_secs(ticks) / TICKS_PER_SECOND;
         Ok(CpuTimes {
             own: seconds(field(14)? + field(15)?),
@@ -53,6 +43,22 @@ impl CpuTimes {
             children: self.children.saturating_sub(earlier.children),
         }
     }
+}
+
+/// Numeric field `number` (3 or more, counted from 1 as proc(5) counts them) of a `stat` line.
+pub(crate) fn stat_field(stat: &str, number: usize) -> Result<u64> {
+    // The command name, field 2, may hold spaces and parentheses: field 3 follows its last ')'.
+    let after_name = stat
+        .rfind(')')
+        .context("no command name in the stat line")?;
+    let after = number
+        .checked_sub(3)
+        .with_context(|| format!("field {number} is not a number of the stat line"))?;
+    let text = stat[after_name + 1..]
+        .split_whitespace()
+        .nth(after)
+        .with_context(|| format!("the stat line has no field {number}"))?;
+    Ok(text.parse::<u64>()?)
 }
 
 #[cfg(test)]

@@ -7,9 +7,11 @@
 //! own clients for SQLite (the C library) and MariaDB (mariadb-slap) run after the adapter's pair,
 //! not between its halves.
 
+mod cores;
 mod cpu;
 mod e2e;
 
+pub use cores::{CoreSplit, cpus_allowed, split_cores};
 pub use e2e::retry_layer_overhead;
 mod figures;
 mod mariadb;
@@ -344,6 +346,45 @@ pub async fn units_cost(url: &str, plan: &Plan) -> Result<Vec<Figure>> {
     Ok(figures)
 }
 
+/// What the figures of a run with the store on cores of its own ([`split_cores`]) add to their
+/// names, so that they are never read as the shared run's.
+pub const ON_SPLIT_CORES: &str = ", the store on cores of its own";
+
+/// `figures` renamed as measured with the store on cores of its own, baselines included.
+pub fn on_split_cores(figures: Vec<Figure>) -> Vec<Figure> {
+    figures
+        .into_iter()
+        .map(|f| Figure {
+            name: format!("{}{ON_SPLIT_CORES}", f.name),
+            baseline: f.baseline.map(|b| format!("{b}{ON_SPLIT_CORES}")),
+            ..f
+        })
+        .collect()
+}
+
+/// The full run's last figures: the write units at 8 clients once more, with PostgreSQL on the
+/// first half of the cores and this process, pgbench included, on the rest, then the store
+/// given every core again. On two shared cores each microsecond the client spends is one the
+/// server loses; split, the adapter's rate next to pgbench's says what its statements cost the
+/// store alone. A PostgreSQL that is not on this machine, or a machine of one core, cannot be
+/// split: that is said and nothing is measured.
+pub async fn units_on_split_cores(url: &str, plan: &Plan) -> Result<Vec<Figure>> {
+    let split = match split_cores(url).await {
+        Ok(split) => split,
+        Err(error) => {
+            eprintln!("the write units were not measured on split cores: {error:#}");
+            return Ok(Vec::new());
+        }
+    };
+    let at_eight = Plan {
+        clients: vec![8],
+        ..plan.clone()
+    };
+    let figures = units_cost(url, &at_eight).await;
+    drop(split);
+    Ok(on_split_cores(figures?))
+}
+
 /// A fresh database on the PostgreSQL under measure, the ledger migrated into it, and the
 /// adapter's pool with statements cached, sized for the plan's largest client count.
 struct WriteStore {
@@ -383,12 +424,14 @@ impl WriteStore {
         for &clients in &plan.clients {
             let connections = clients as u32 + 2;
             let db = connect_postgres(url, &cached_statements(connections)).await?;
+            opened(db.get_postgres_connection_pool()).await?;
             // Without a ping on every acquire, as the adapter's pool (`connect_postgres`).
             let pool = PgPoolOptions::new()
                 .max_connections(connections)
                 .test_before_acquire(false)
                 .connect(url)
                 .await?;
+            opened(&pool).await?;
             let writes = measure_writes(&db, &pool, url, clients, plan).await?;
             figures.extend(writes.figures(clients));
             pool.close().await;
@@ -402,6 +445,17 @@ impl WriteStore {
         self.db.close().await?;
         self.bench_db.drop_it().await
     }
+}
+
+/// `pool` with every connection it may hold opened, before anything is measured on it: a fresh
+/// pool opens its connections as callers first ask for them, and the server forks a process
+/// for each, which would fall on the first variant measured.
+async fn opened(pool: &sqlx::PgPool) -> Result<()> {
+    let mut held = Vec::new();
+    for _ in 0..pool.options().get_max_connections() {
+        held.push(pool.acquire().await?);
+    }
+    Ok(())
 }
 
 /// Only the end-to-end gRPC figures on PostgreSQL (`grpc-ledger-bench --only e2e`), on a fresh
@@ -424,6 +478,7 @@ async fn end_to_end_on_postgres(url: &str, plan: &Plan) -> Result<Vec<Figure>> {
     for &clients in &plan.clients {
         let config = cached_statements(clients as u32 + 2);
         let db = connect_postgres(url, &config).await?;
+        opened(db.get_postgres_connection_pool()).await?;
         figures.extend(e2e::end_to_end("postgres", &db, &config, clients, plan).await?);
         db.close().await?;
     }
