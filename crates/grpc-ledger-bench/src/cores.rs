@@ -39,14 +39,24 @@ pub struct CoreSplit {
 
 impl Drop for CoreSplit {
     fn drop(&mut self) {
-        let _ = pin(std::process::id(), &self.our_cpus_before);
-        // The postmaster first, so that a backend it forks meanwhile is not left behind.
-        if pin(self.postmaster, &self.its_cpus_before).is_err() {
-            return;
+        if let Err(error) = pin(std::process::id(), &self.our_cpus_before) {
+            eprintln!("split cores: this process stays on its half: {error:#}");
         }
-        for pid in children_of(self.postmaster).unwrap_or_default() {
-            // A process that ended since the listing needs nothing.
-            let _ = pin(pid, &self.its_cpus_before);
+        // The postmaster first, so that a backend it forks meanwhile is not left behind.
+        let restored =
+            pin(self.postmaster, &self.its_cpus_before).and_then(|()| children_of(self.postmaster));
+        match restored {
+            Ok(children) => {
+                for pid in children {
+                    // A process that ended since the listing needs nothing.
+                    let _ = pin(pid, &self.its_cpus_before);
+                }
+            }
+            Err(error) => eprintln!(
+                "split cores: PostgreSQL's postmaster {} may be left on its half of the cores \
+                 until it restarts: {error:#}",
+                self.postmaster
+            ),
         }
     }
 }

@@ -509,8 +509,12 @@ struct BenchDatabase {
 }
 
 impl BenchDatabase {
+    /// A database named for this process and for this one of its runs, so that two runs of one
+    /// process (two tests at once) never drop each other's.
     async fn create(server_url: &str) -> Result<Self> {
-        let name = format!("ledger_bench_{}", std::process::id());
+        static RUNS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let run = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let name = format!("ledger_bench_{}_{run}", std::process::id());
         let admin = Database::connect(server_url).await?;
         admin
             .execute_unprepared(&format!("DROP DATABASE IF EXISTS {name}"))

@@ -138,7 +138,10 @@ pub(crate) fn pgbench(
     seconds: Duration,
     dir: &Path,
 ) -> Result<PgbenchRun> {
-    let file = dir.join(format!("script-{}.sql", std::process::id()));
+    // Named for this process and this run of it: two runs at once must not share a script.
+    static RUNS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let run = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let file = dir.join(format!("script-{}-{run}.sql", std::process::id()));
     std::fs::write(&file, script)?;
     let cpu_before = CpuTimes::now()?;
     let output = Command::new(pgbench_binary())
