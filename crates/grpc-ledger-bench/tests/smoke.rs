@@ -1,11 +1,9 @@
 //! The benchmark harness runs end to end with tiny counts against the PostgreSQL of
 //! `cargo xtask test`. It checks the harness, not the figures: no timing is asserted.
 
-fn database_url() -> String {
-    std::env::var("DATABASE_URL").ok().filter(|u| !u.is_empty()).unwrap_or_else(|| {
-        panic!("DATABASE_URL is not set: run `cargo xtask test`, or `cargo xtask pg start` and export DATABASE_URL=$(cargo xtask pg url)")
-    })
-}
+mod common;
+
+use common::database_url;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_harness_runs_every_group_and_reports_ratios() {

@@ -2,11 +2,9 @@
 //! server to halves of the cores, which no other test should run under, and its pgbench's CPU
 //! time is read as this process's children's.
 
-fn database_url() -> String {
-    std::env::var("DATABASE_URL").ok().filter(|u| !u.is_empty()).unwrap_or_else(|| {
-        panic!("DATABASE_URL is not set: run `cargo xtask test`, or `cargo xtask pg start` and export DATABASE_URL=$(cargo xtask pg url)")
-    })
-}
+mod common;
+
+use common::database_url;
 
 /// The full run's last group: the write units with PostgreSQL (local, as `cargo xtask test`
 /// starts it) on cores of its own. Its figures are named apart from the shared run's, and the
