@@ -24,8 +24,9 @@ pub use figures::{Figure, Plan, json, table};
 pub(crate) use figures::{compared, figure};
 pub use mariadb::mariadb_family;
 use pgbench::{
-    PgbenchRun, pgbench, pgbench_business_script, pgbench_commit_once_script, pgbench_keyed_script,
-    pgbench_keyed_unbounded_script,
+    PgbenchRun, REPLAY_KEYS_TABLE, pgbench, pgbench_business_script, pgbench_commit_once_script,
+    pgbench_keyed_script, pgbench_keyed_unbounded_script, pgbench_last_statement_latency,
+    pgbench_replay_scripts,
 };
 
 use std::future::Future;
@@ -326,7 +327,7 @@ pub async fn run_all(url: &str, plan: &Plan) -> Result<Vec<Figure>> {
     let mut figures = store.write_figures(plan).await?;
     let (db, url) = (&store.db, store.bench_db.url.as_str());
     figures.extend(pooler::pooler_safe_cost(url, plan).await?);
-    figures.extend(replay(db, plan).await?);
+    figures.extend(replay(db, url, plan).await?);
     figures.extend(growth(db, plan).await?);
     figures.extend(end_to_end_on_postgres(url, plan).await?);
     figures.extend(sqlite(plan).await?);
@@ -708,6 +709,14 @@ impl Writes {
                 keyed.ops_per_second,
                 &pg_keyed_fig,
             ),
+            // The same statements with neither sea-orm nor the adapter in the way: how much of
+            // the gap to pgbench the Rust client stack (sqlx on tokio) leaves by itself.
+            compared(
+                at("raw-sql vs pgbench keyed"),
+                "ops/s",
+                self.raw.ops_per_second,
+                &pg_keyed_fig,
+            ),
             compared(
                 at("business vs pgbench business"),
                 "ops/s",
@@ -837,7 +846,7 @@ impl Writes {
 }
 
 /// The duplicate's cost: a claim of a committed identity against a plain primary-key read.
-async fn replay(db: &DatabaseConnection, plan: &Plan) -> Result<Vec<Figure>> {
+async fn replay(db: &DatabaseConnection, url: &str, plan: &Plan) -> Result<Vec<Figure>> {
     let keys: Vec<String> = (0..plan.replay_ops)
         .map(|i| format!("replay-{}-{i}", std::process::id()))
         .collect();
@@ -892,7 +901,7 @@ async fn replay(db: &DatabaseConnection, plan: &Plan) -> Result<Vec<Figure>> {
         "ms",
         percentile(&mut reads, 0.5),
     );
-    Ok(vec![
+    let mut figures = vec![
         compared(
             "replay: claim of a committed identity p50".into(),
             "ms",
@@ -903,6 +912,63 @@ async fn replay(db: &DatabaseConnection, plan: &Plan) -> Result<Vec<Figure>> {
             "replay: read first of a committed identity (a resend) p50".into(),
             "ms",
             percentile(&mut finds, 0.5),
+            &read,
+        ),
+        read,
+    ];
+    figures.extend(replay_at_the_store(db, url, &keys, plan).await?);
+    Ok(figures)
+}
+
+/// The store's own price for a resend's read: pgbench, one client, reading the same committed
+/// rows as the adapter's replay, by their primary keys in the ledger (the adapter's statement)
+/// and in the business table. Each script runs half the plan's time twice, in turning order;
+/// each read, the script's last statement, is timed on its own (`-r`), after a look-up both
+/// scripts share.
+async fn replay_at_the_store(
+    db: &DatabaseConnection,
+    url: &str,
+    keys: &[String],
+    plan: &Plan,
+) -> Result<Vec<Figure>> {
+    db.execute_unprepared(&format!(
+        "CREATE TABLE {REPLAY_KEYS_TABLE} (n INTEGER PRIMARY KEY, identity_digest BYTEA NOT NULL, \
+         business_key VARCHAR(128) NOT NULL)"
+    ))
+    .await?;
+    let txn = db.begin().await?;
+    for (n, key) in (1i32..).zip(keys) {
+        txn.execute_raw(Statement::from_sql_and_values(
+            DbBackend::Postgres,
+            format!("INSERT INTO {REPLAY_KEYS_TABLE} VALUES ($1, $2, $3)"),
+            [
+                n.into(),
+                identity(0, key).storage_digest().to_vec().into(),
+                key.as_str().into(),
+            ],
+        ))
+        .await?;
+    }
+    txn.commit().await?;
+    let scripts = pgbench_replay_scripts(keys.len())?;
+    let half = Duration::from_secs(plan.seconds.as_secs().div_ceil(2).max(1));
+    let dir = std::env::temp_dir();
+    let mut latencies = [0.0; 2];
+    for i in [0, 1, 1, 0] {
+        latencies[i] += pgbench_last_statement_latency(url, &scripts[i], half, &dir)? / 2.0;
+    }
+    db.execute_unprepared(&format!("DROP TABLE {REPLAY_KEYS_TABLE}"))
+        .await?;
+    let read = figure(
+        "replay: pgbench, primary-key read mean".into(),
+        "ms",
+        latencies[1],
+    );
+    Ok(vec![
+        compared(
+            "replay: pgbench, the ledger's read of a committed identity mean".into(),
+            "ms",
+            latencies[0],
             &read,
         ),
         read,
@@ -1065,7 +1131,7 @@ pub async fn replay_cost(url: &str, plan: &Plan) -> Result<Vec<Figure>> {
     .await?;
     grpc_operation_ledger_seaorm::migrate(&db).await?;
     db.execute_unprepared(BUSINESS_TABLE).await?;
-    let figures = replay(&db, plan).await?;
+    let figures = replay(&db, &bench_db.url, plan).await?;
     db.close().await?;
     bench_db.drop_it().await?;
     Ok(figures)

@@ -100,6 +100,26 @@ pub(crate) fn pgbench_business_script() -> String {
     )
 }
 
+/// The table `replay_at_the_store` fills with the number, digest and business key of each row
+/// the replay reads: pgbench cannot compute an identity's digest, so both of its scripts look the
+/// row's keys up by number first, alike.
+pub(crate) const REPLAY_KEYS_TABLE: &str = "bench_replay_keys";
+
+/// pgbench's two reads of a committed operation, each after the same look-up of the row's keys in
+/// [`REPLAY_KEYS_TABLE`]: the ledger's read of a resend as the adapter sends it, and the plain
+/// primary-key read of the business table (the replay's baseline).
+pub(crate) fn pgbench_replay_scripts(rows: usize) -> Result<[String; 2]> {
+    let [_, (_, ledger_read), ..] = statements(DbBackend::Postgres).context("PostgreSQL")?;
+    let look_up = format!(
+        "\\set n random(1, {rows})\nSELECT identity_digest AS digest, business_key \
+         FROM {REPLAY_KEYS_TABLE} WHERE n = :n \\gset\n"
+    );
+    Ok([
+        format!("{look_up}{};\n", ledger_read.replace("$1", ":digest")),
+        format!("{look_up}{};\n", PLAIN_READ.replace("$1", ":business_key")),
+    ])
+}
+
 /// What one pgbench run measured.
 pub(crate) struct PgbenchRun {
     pub(crate) tps: f64,
@@ -138,6 +158,70 @@ pub(crate) fn pgbench(
     seconds: Duration,
     dir: &Path,
 ) -> Result<PgbenchRun> {
+    let (text, cpu) = run_pgbench(url, script, clients, seconds, dir, &[])?;
+    let number = |prefix: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(prefix))
+            .and_then(|rest| rest.split(|c: char| c.is_whitespace() || c == '/').next())
+            .and_then(|v| v.parse::<f64>().ok())
+    };
+    match (
+        number("tps = "),
+        number("latency average = "),
+        number("number of transactions actually processed: "),
+    ) {
+        (Some(tps), Some(mean_ms), Some(transactions)) => Ok(PgbenchRun {
+            tps,
+            mean_ms,
+            transactions,
+            cpu,
+        }),
+        _ => bail!("pgbench printed no rate: {text}"),
+    }
+}
+
+/// The mean latency in ms of the last statement of `script`, over one client's run of
+/// `seconds` (pgbench's per-statement report, `-r`): a statement timed on its own in a script
+/// that needs another before it.
+pub(crate) fn pgbench_last_statement_latency(
+    url: &str,
+    script: &str,
+    seconds: Duration,
+    dir: &Path,
+) -> Result<f64> {
+    let (text, _) = run_pgbench(url, script, 1, seconds, dir, &["-r"])?;
+    last_statement_latency(&text)
+        .with_context(|| format!("no latency for the script's last statement: {text}"))
+}
+
+/// From pgbench's per-statement report, the latency of its last statement. Each line of the
+/// report is the mean latency in ms, then (since PostgreSQL 15) the failures, then the
+/// statement's text, cut short when it is long, so the statement is found by its place.
+fn last_statement_latency(report: &str) -> Option<f64> {
+    report
+        .lines()
+        .skip_while(|line| !line.starts_with("statement latencies in milliseconds"))
+        .skip(1)
+        .take_while(|line| !line.trim().is_empty())
+        .last()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// Runs pgbench with `extra` arguments on `script` and waits for it: what it printed, and its
+/// CPU time. Fails unless it exited cleanly, since pgbench still prints a rate when some of its
+/// clients aborted on an error, and only a clean exit says every transaction of the script ran
+/// as written.
+fn run_pgbench(
+    url: &str,
+    script: &str,
+    clients: usize,
+    seconds: Duration,
+    dir: &Path,
+    extra: &[&str],
+) -> Result<(String, Duration)> {
     // Named for this process and this run of it: two runs at once must not share a script.
     static RUNS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
     let run = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -155,38 +239,54 @@ pub(crate) fn pgbench(
             "-j",
             &clients.min(2).to_string(),
         ])
+        .args(extra)
         .args(["-T", &seconds.as_secs().max(1).to_string(), "-f"])
         .arg(&file)
         .output()
         .context("running pgbench")?;
     let cpu = CpuTimes::now()?.since(cpu_before).children;
-    let text = String::from_utf8_lossy(&output.stdout);
-    let number = |prefix: &str| {
-        text.lines()
-            .find_map(|l| l.strip_prefix(prefix))
-            .and_then(|rest| rest.split(|c: char| c.is_whitespace() || c == '/').next())
-            .and_then(|v| v.parse::<f64>().ok())
-    };
-    // pgbench still prints a rate when some of its clients aborted on an error: only a clean
-    // exit says every transaction of the script ran as written.
-    let figures = (
-        number("tps = "),
-        number("latency average = "),
-        number("number of transactions actually processed: "),
-    );
-    match figures {
-        (Some(tps), Some(mean_ms), Some(transactions)) if output.status.success() => {
-            Ok(PgbenchRun {
-                tps,
-                mean_ms,
-                transactions,
-                cpu,
-            })
-        }
-        _ => bail!(
+    let text = String::from_utf8_lossy(&output.stdout).into_owned();
+    if !output.status.success() {
+        bail!(
             "pgbench failed: {}{}",
             text,
             String::from_utf8_lossy(&output.stderr)
-        ),
+        );
+    }
+    Ok((text, cpu))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// PostgreSQL 15's report, as `pgbench -r` prints it after the run's totals.
+    const REPORT: &str = "\
+latency average = 0.171 ms
+initial connection time = 3.115 ms
+tps = 5842.209377 (without initial connection time)
+statement latencies in milliseconds and failures:
+         0.001           0  \\set n random(1, 500)
+         0.071           0  SELECT identity_digest AS digest, business_key FROM bench_replay_keys WHERE n = :n \\gset
+         0.094           0  SELECT business_key, amount FROM bench_business WHERE business_key = :business_key;
+";
+
+    #[test]
+    fn the_last_statements_latency_is_read_from_the_report() {
+        assert_eq!(last_statement_latency(REPORT), Some(0.094));
+        assert_eq!(last_statement_latency(&format!("{REPORT}\n")), Some(0.094));
+        // Without the per-statement report (a run without `-r`) there is none.
+        let totals = REPORT.split("statement latencies").next().unwrap();
+        assert_eq!(last_statement_latency(totals), None);
+    }
+
+    #[test]
+    fn both_replay_scripts_look_the_row_up_alike_and_read_it_by_its_key() {
+        let [ledger, business] = pgbench_replay_scripts(500).unwrap();
+        let look_up = |script: &str| script.lines().take(2).collect::<Vec<_>>().join("\n");
+        assert_eq!(look_up(&ledger), look_up(&business));
+        assert!(ledger.contains("FROM grpc_operation_ledger WHERE identity_digest = :digest;"));
+        assert!(business.contains("FROM bench_business WHERE business_key = :business_key;"));
+        assert!(!ledger.contains('$') && !business.contains('$'));
     }
 }
