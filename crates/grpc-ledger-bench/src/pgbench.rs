@@ -261,8 +261,10 @@ fn run_pgbench(
         .args(extra)
         .args(["-T", &seconds.as_secs().max(1).to_string(), "-f"])
         .arg(&file)
-        .output()
-        .context("running pgbench")?;
+        .output();
+    // Removed before anything else can fail, so that no run leaves its script behind.
+    std::fs::remove_file(&file).with_context(|| format!("removing {}", file.display()))?;
+    let output = output.context("running pgbench")?;
     let cpu = CpuTimes::now()?.since(cpu_before).children;
     let (report, errors) = (
         String::from_utf8_lossy(&output.stdout).into_owned(),
