@@ -245,8 +245,8 @@ fn run_pgbench(
     static RUNS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
     let run = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let file = dir.join(format!("script-{}-{run}.sql", std::process::id()));
-    std::fs::write(&file, script)?;
     let cpu_before = CpuTimes::now()?;
+    std::fs::write(&file, script)?;
     let output = Command::new(pgbench_binary())
         .arg(url)
         .args([
@@ -262,8 +262,11 @@ fn run_pgbench(
         .args(["-T", &seconds.as_secs().max(1).to_string(), "-f"])
         .arg(&file)
         .output();
-    // Removed before anything else can fail, so that no run leaves its script behind.
-    std::fs::remove_file(&file).with_context(|| format!("removing {}", file.display()))?;
+    // Removed before anything else can fail, so that no run leaves its script behind; a script
+    // that cannot be removed does not make the run's figures wrong, so it is only reported.
+    if let Err(error) = std::fs::remove_file(&file) {
+        eprintln!("pgbench: could not remove {}: {error}", file.display());
+    }
     let output = output.context("running pgbench")?;
     let cpu = CpuTimes::now()?.since(cpu_before).children;
     let (report, errors) = (
