@@ -149,10 +149,20 @@ async fn keyed_write(
 /// The claim's `lock_timeout` (the adapter's default claim wait), as the claim statement binds it.
 const CLAIM_WAIT_SETTING: &str = "2000ms";
 
+/// The adapter's statement named `name` on `backend` (the names of `statements`), found by its
+/// name so that a change in the order of the adapter's list cannot hand the bench another one.
+pub(crate) fn adapter_statement(backend: DbBackend, name: &str) -> Result<&'static str> {
+    statements(backend)
+        .with_context(|| format!("{backend:?} is not a store the ledger supports"))?
+        .into_iter()
+        .find_map(|(named, text)| (named == name).then_some(text))
+        .with_context(|| format!("the adapter has no statement named {name:?}"))
+}
+
 /// The adapter's statements as a guarded call sends them (the unit's lock bound, the claim, the
 /// business insert, the transition), directly through sqlx: the adapter's ideal.
 async fn raw_op(pool: &sqlx::PgPool, caller: usize, key: &str) -> Result<()> {
-    let [_, _, _, (_, commit), ..] = statements(DbBackend::Postgres).context("PostgreSQL")?;
+    let commit = adapter_statement(DbBackend::Postgres, "mark committed")?;
     let claim = claim_as_sent(DbBackend::Postgres).context("PostgreSQL")?;
     let id = identity(caller, key);
     let digest = id.storage_digest().to_vec();

@@ -152,9 +152,10 @@ pub async fn mariadb_family(label: &str, urls: &[String], plan: &Plan) -> Result
 /// claim returned into the transition, so the transition names it by a subquery on the digest
 /// (one more primary-key lookup inside the statement, no round trip).
 pub(crate) fn slap_limit(url: &str, clients: usize, units: usize) -> Result<(f64, f64)> {
-    let [(_, claim), _, _, (_, commit), ..] = statements(DbBackend::MySql).context("MariaDB")?;
-    let [(_, claim_order), _, _, (_, commit_order), ..] =
-        statements(DbBackend::Postgres).context("PostgreSQL")?;
+    let claim = adapter_statement(DbBackend::MySql, "claim")?;
+    let commit = adapter_statement(DbBackend::MySql, "mark committed")?;
+    let claim_order = adapter_statement(DbBackend::Postgres, "claim")?;
+    let commit_order = adapter_statement(DbBackend::Postgres, "mark committed")?;
     let claim = bind_in_order(
         claim,
         claim_order,

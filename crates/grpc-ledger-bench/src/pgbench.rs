@@ -30,7 +30,7 @@ pub(crate) fn pgbench_keyed_unbounded_script() -> Result<String> {
 }
 
 fn pgbench_claim_first_script(lock_bound: Option<&str>) -> Result<String> {
-    let [_, _, _, (_, commit), ..] = statements(DbBackend::Postgres).context("PostgreSQL")?;
+    let commit = adapter_statement(DbBackend::Postgres, "mark committed")?;
     let claim = claim_as_sent(DbBackend::Postgres)
         .context("PostgreSQL")?
         .replace("$8", &format!("'{CLAIM_WAIT_SETTING}'"))
@@ -112,11 +112,7 @@ pub(crate) const REPLAY_KEYS_TABLE: &str = "bench_replay_keys";
 /// named "read", which `find` runs), and the plain primary-key read of the business table (the
 /// replay's baseline).
 pub(crate) fn pgbench_replay_scripts(rows: usize) -> Result<[String; 2]> {
-    let ledger_read = statements(DbBackend::Postgres)
-        .context("PostgreSQL")?
-        .into_iter()
-        .find_map(|(name, text)| (name == "read").then_some(text))
-        .context("the adapter's read")?;
+    let ledger_read = adapter_statement(DbBackend::Postgres, "read")?;
     let look_up = format!(
         "\\set n random(1, {rows})\nSELECT identity_digest AS digest, business_key \
          FROM {REPLAY_KEYS_TABLE} WHERE n = :n \\gset\n"
@@ -311,8 +307,12 @@ statement latencies in milliseconds and failures:
         let [ledger, business] = pgbench_replay_scripts(500).unwrap();
         let look_up = |script: &str| script.lines().take(2).collect::<Vec<_>>().join("\n");
         assert_eq!(look_up(&ledger), look_up(&business));
-        let [_, (name, read), ..] = statements(DbBackend::Postgres).unwrap();
-        assert_eq!(name, "read");
+        let read = adapter_statement(DbBackend::Postgres, "read").unwrap();
+        assert!(read.contains("WHERE identity_digest = $1"), "{read}");
+        assert!(
+            adapter_statement(DbBackend::Postgres, "no such statement").is_err(),
+            "a name the adapter does not have is an error, not another statement"
+        );
         assert!(ledger.ends_with(&format!("{};\n", read.replace("$1", ":digest"))));
         assert!(
             !ledger.contains("db_now"),

@@ -53,7 +53,8 @@ pub(crate) async fn c_library_limit(seconds: Duration) -> Result<(f64, f64)> {
     let db = open_sqlite(&file, &LedgerConfig::default()).await?;
     db.execute_unprepared(BUSINESS_TABLE).await?;
     db.close().await?;
-    let [(_, claim), _, _, (_, commit), ..] = statements(DbBackend::Sqlite).context("SQLite")?;
+    let claim = adapter_statement(DbBackend::Sqlite, "claim")?;
+    let commit = adapter_statement(DbBackend::Sqlite, "mark committed")?;
     let adapter_clock = "CAST(unixepoch('subsec') * 1000 AS INTEGER)";
     if !claim.contains(adapter_clock) {
         bail!("the adapter's SQLite clock changed; update CLOCK_BEFORE_3_42");
