@@ -2,7 +2,7 @@
 //! names (`cargo xtask test` starts one): a database of its own per case, dropped by the
 //! fixture's `after_case` hook. Without `DATABASE_URL` every case fails and says how to get one.
 //!
-//! This is the minimal fixture of `docs/adapters.md`, in full: the three traits, and all three
+//! This is the minimal fixture of `docs/adapters.md`, in full: the three traits, and all four
 //! optional hooks.
 
 use std::sync::Mutex as StdMutex;
@@ -14,8 +14,8 @@ use grpc_core_api::store_errors::During;
 use grpc_core_api::{GrpcOperationLedger, LedgerError};
 use grpc_ledger_adapter_example_sqlx::{SqlxUnit, SqlxUnits, migrate, store_error};
 use grpc_ledger_contract_tests::{
-    Capabilities, ConnectionKiller, HeldTableLock, LedgerFixture, LedgerStore, Migrations, RawRow,
-    TableLocking, UnitOfWork, ledger_contract_tests,
+    Capabilities, ClockSkew, ConnectionKiller, HeldTableLock, LedgerFixture, LedgerStore,
+    Migrations, RawRow, SkewedClock, TableLocking, UnitOfWork, ledger_contract_tests,
 };
 use sqlx::postgres::{PgPool, PgPoolOptions};
 use sqlx::{AssertSqlSafe, Postgres, Transaction};
@@ -60,8 +60,9 @@ impl SqlxFixture {
         }
     }
 
-    /// A fresh, empty database with the business table, not yet migrated.
-    async fn fresh_database(&self) -> SqlxStore {
+    /// A fresh, empty database with the business table, not yet migrated, on the server's clock
+    /// or `skew` away from the process's.
+    async fn fresh_database(&self, skew: Option<ClockSkew>) -> SqlxStore {
         static COUNTER: AtomicU32 = AtomicU32::new(0);
         let name = format!(
             "sqlx_example_{}_{}",
@@ -73,9 +74,27 @@ impl SqlxFixture {
             .execute(&admin)
             .await
             .expect("create a database");
-        admin.close().await;
         self.databases.lock().unwrap().push(name.clone());
         let url = url_of(&name);
+        if let Some(skew) = skew {
+            // Before the store's pool connects: a session reads its search path when it starts.
+            let [functions, search_path] = skew.postgres_statements(&name);
+            let set_up = PgPoolOptions::new()
+                .max_connections(1)
+                .connect(&url)
+                .await
+                .expect("connect to the fresh database");
+            sqlx::raw_sql(AssertSqlSafe(functions))
+                .execute(&set_up)
+                .await
+                .expect("create the skewed clock's functions");
+            set_up.close().await;
+            sqlx::raw_sql(AssertSqlSafe(search_path))
+                .execute(&admin)
+                .await
+                .expect("put the skewed clock on the search path");
+        }
+        admin.close().await;
         let pool = PgPoolOptions::new()
             .max_connections(40)
             .acquire_timeout(Duration::from_secs(10))
@@ -103,9 +122,7 @@ impl LedgerFixture for SqlxFixture {
     }
 
     async fn fresh_store(&self) -> SqlxStore {
-        let store = self.fresh_database().await;
-        migrate(&store.pool).await.expect("migrate");
-        store
+        self.fresh_store_on_clock(None).await
     }
 
     fn migrations(&self) -> Option<&dyn Migrations<Store = SqlxStore>> {
@@ -117,6 +134,10 @@ impl LedgerFixture for SqlxFixture {
     }
 
     fn table_locking(&self) -> Option<&dyn TableLocking<Store = SqlxStore>> {
+        Some(self)
+    }
+
+    fn skewed_clock(&self) -> Option<&dyn SkewedClock<Store = SqlxStore>> {
         Some(self)
     }
 
@@ -136,12 +157,32 @@ impl LedgerFixture for SqlxFixture {
     }
 }
 
+impl SqlxFixture {
+    /// A fresh, migrated store on the server's clock or `skew` away from the process's.
+    async fn fresh_store_on_clock(&self, skew: Option<ClockSkew>) -> SqlxStore {
+        let store = self.fresh_database(skew).await;
+        migrate(&store.pool).await.expect("migrate");
+        store
+    }
+}
+
+/// The case's database with `clock_timestamp()` of its own, ahead of `pg_catalog` on its search
+/// path (the adapter reads no other clock).
+#[async_trait]
+impl SkewedClock for SqlxFixture {
+    type Store = SqlxStore;
+
+    async fn fresh_store_with_clock(&self, skew: ClockSkew) -> SqlxStore {
+        self.fresh_store_on_clock(Some(skew)).await
+    }
+}
+
 #[async_trait]
 impl Migrations for SqlxFixture {
     type Store = SqlxStore;
 
     async fn fresh_unmigrated_store(&self) -> SqlxStore {
-        self.fresh_database().await
+        self.fresh_database(None).await
     }
 
     /// A pool of its own, as a starting process has.

@@ -48,4 +48,15 @@ pub enum Defect {
     /// Purge deletes on a connection of its own instead of in the caller's unit of work, so a
     /// rolled-back purge has deleted anyway.
     PurgeOutsideTheUnit,
+    /// The reads and transitions leave the caller out of their WHERE clause (the primary key and
+    /// the claim's conflict target still hold all three parts): one tenant's `find`, resend or
+    /// transition reaches another tenant's row under the same method and key.
+    CallerBlindReads,
+    /// The reads and transitions leave the method out of their WHERE clause: a key reused across
+    /// two methods reaches the other method's row.
+    MethodBlindReads,
+    /// Rows are written with the store's clock, but leases, takeovers, renewals, look-ups, the
+    /// census and purge's cutoff are judged by the process's clock (`SystemTime::now()` bound as
+    /// a parameter), which agrees with the store's only when both run on one host.
+    ProcessClock,
 }

@@ -1,8 +1,8 @@
 //! What an adapter's test provides to the suite.
 //!
 //! Three traits every fixture implements ([`LedgerFixture`], [`LedgerStore`], [`UnitOfWork`]), and
-//! three optional hooks ([`Migrations`], [`ConnectionKiller`], [`TableLocking`]) for what only some
-//! stores can do. A hook is offered by returning it from the fixture (`Some(self)`); a case that
+//! four optional hooks ([`Migrations`], [`ConnectionKiller`], [`TableLocking`], [`SkewedClock`])
+//! for what only some stores can do. A hook is offered by returning it from the fixture (`Some(self)`); a case that
 //! needs a hook the fixture does not offer is reported as not applicable, with why. Nothing here
 //! panics by default: there is no capability flag that could disagree with a missing hook.
 
@@ -125,6 +125,13 @@ pub trait LedgerFixture: Send + Sync {
     fn table_locking(&self) -> Option<&dyn TableLocking<Store = Self::Store>> {
         None
     }
+    /// The hook that makes stores whose own clock disagrees with the process's; `None`, the
+    /// default, makes the clock cases not applicable (say why in your adapter's docs: an
+    /// embedded store's clock is the process's own, and some servers cannot shift theirs for one
+    /// database).
+    fn skewed_clock(&self) -> Option<&dyn SkewedClock<Store = Self::Store>> {
+        None
+    }
     /// Called after every case, whatever its outcome (also after a failed or timed-out case),
     /// with the case's name; bounded to 30 seconds. The place to drop databases or files the
     /// case's stores used: an async cleanup here, rather than in a `Drop` that blocks at runtime
@@ -199,6 +206,85 @@ pub trait TableLocking: Send + Sync {
     type Store: LedgerStore;
     /// Takes the lock on `store`'s ledger table and returns once it is held.
     async fn lock_ledger_table(&self, store: &Self::Store) -> Box<dyn HeldTableLock>;
+}
+
+/// How far a store's clock is from the process's, and which way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClockSkew {
+    /// The store's clock reads this much later than the process's.
+    Ahead(Duration),
+    /// The store's clock reads this much earlier than the process's.
+    Behind(Duration),
+}
+
+impl ClockSkew {
+    /// The skews the clock cases run with: an hour each way, far more than any lease or
+    /// retention a case uses, so that a time read from the wrong clock cannot pass by luck.
+    pub const CASES: [ClockSkew; 2] = [
+        ClockSkew::Ahead(Duration::from_secs(3600)),
+        ClockSkew::Behind(Duration::from_secs(3600)),
+    ];
+
+    /// The store's time when the process's is `process`.
+    pub fn store_time(self, process: std::time::SystemTime) -> std::time::SystemTime {
+        match self {
+            ClockSkew::Ahead(by) => process + by,
+            ClockSkew::Behind(by) => process - by,
+        }
+    }
+
+    /// The skew in whole seconds, positive when the store is ahead (for an SQL interval).
+    pub fn signed_seconds(self) -> i64 {
+        match self {
+            ClockSkew::Ahead(by) => by.as_secs() as i64,
+            ClockSkew::Behind(by) => -(by.as_secs() as i64),
+        }
+    }
+
+    /// The statements that give a fresh PostgreSQL database `database` this clock, for a
+    /// [`SkewedClock`] hook: run the first on a connection to that database, the second on any,
+    /// both before the store's pools connect (a session reads `search_path` when it starts).
+    /// They put `clock_timestamp()`, `now()`, `statement_timestamp()` and
+    /// `transaction_timestamp()` of schema `public`, each `pg_catalog`'s shifted by the skew,
+    /// before `pg_catalog` on the database's search path. `CURRENT_TIMESTAMP` and `LOCALTIMESTAMP`
+    /// are keywords, not functions, and cannot be shadowed: an adapter that reads them cannot
+    /// offer the hook this way.
+    pub fn postgres_statements(self, database: &str) -> [String; 2] {
+        let shift = format!("make_interval(secs => {})", self.signed_seconds());
+        let functions = [
+            "clock_timestamp",
+            "now",
+            "statement_timestamp",
+            "transaction_timestamp",
+        ]
+        .map(|function| {
+            format!(
+                "CREATE FUNCTION public.{function}() RETURNS timestamptz LANGUAGE sql \
+                     VOLATILE AS $$ SELECT pg_catalog.{function}() + {shift} $$;"
+            )
+        })
+        .join(" ");
+        [
+            functions,
+            format!("ALTER DATABASE {database} SET search_path = public, pg_catalog"),
+        ]
+    }
+}
+
+/// Hook: a store whose own clock disagrees with the process's, as a database server on another
+/// host's clock does. Everything the ledger writes or judges in time (claim time, lease end,
+/// completion, takeover, renewal, purge cutoff, census) must come from the store's clock; an
+/// adapter that computes any of it from the process's clock fails the clock cases.
+///
+/// On PostgreSQL, a fresh database whose `search_path` puts a schema with its own
+/// `clock_timestamp()` (or `now()`, whichever the adapter reads) before `pg_catalog` does it.
+#[async_trait]
+pub trait SkewedClock: Send + Sync {
+    /// The fixture's store type.
+    type Store: LedgerStore;
+    /// A fresh store, as [`LedgerFixture::fresh_store`] makes, whose clock reads `skew` away
+    /// from the process's and runs at the same rate.
+    async fn fresh_store_with_clock(&self, skew: ClockSkew) -> Self::Store;
 }
 
 /// A lock on the whole ledger table, held until released.

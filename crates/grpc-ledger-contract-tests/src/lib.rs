@@ -7,8 +7,8 @@
 //! a fresh, empty [`LedgerStore`] per case; the store begins [`UnitOfWork`]s, each on its own
 //! connection, with a ledger bound to that unit, a business write, commit and rollback. Stores
 //! differ only through [`Capabilities`] and the optional hooks ([`Migrations`],
-//! [`ConnectionKiller`], [`TableLocking`]), never by name. Every failure names the [`Rule`] it saw
-//! broken.
+//! [`ConnectionKiller`], [`TableLocking`], [`SkewedClock`]), never by name. Every failure names
+//! the [`Rule`] it saw broken.
 //!
 //! A third-party adapter runs the whole suite from one test (or, with
 //! `ledger_contract_tests!(MyFixture::new())`, one named test per case):
@@ -55,8 +55,8 @@ pub mod servers;
 
 pub use cases::{CASES, CaseOutcome, Rule, SuiteReport, not_applicable, run_all, run_report};
 pub use fixture::{
-    Capabilities, ConnectionKiller, HeldTableLock, LedgerFixture, LedgerStore, Migrations, RawRow,
-    TableLocking, UnitOfWork,
+    Capabilities, ClockSkew, ConnectionKiller, HeldTableLock, LedgerFixture, LedgerStore,
+    Migrations, RawRow, SkewedClock, TableLocking, UnitOfWork,
 };
 
 pub use broken::Defect;

@@ -211,6 +211,72 @@ async fn the_suite_catches_a_purge_outside_the_unit() {
     );
 }
 
+/// The defect the seed ADR calls load-bearing: the caller left out of the reads' and the
+/// transitions' WHERE clauses while the primary key holds all three parts. Each isolation case
+/// catches it for its own rule, in every situation it sets up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_suite_catches_reads_and_transitions_blind_to_the_caller() {
+    let report = caught_for(Defect::CallerBlindReads).await;
+    for expected in ISOLATION_CASES {
+        assert_caught_for(&report, expected, "identity-has-three-parts");
+    }
+    assert_blind_to(&report, "tenant-b");
+}
+
+/// The same hole for the method: a key reused under another method.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_suite_catches_reads_and_transitions_blind_to_the_method() {
+    let report = caught_for(Defect::MethodBlindReads).await;
+    for expected in ISOLATION_CASES {
+        assert_caught_for(&report, expected, "identity-has-three-parts");
+    }
+    assert_blind_to(&report, "Refund");
+}
+
+/// The isolation cases that a read or a transition blind to one part must fail (the uncommitted
+/// neighbour's case is about waits, which a blind read does not change in the double).
+const ISOLATION_CASES: [&str; 4] = [
+    "neighbours_of_a_finished_operation_see_nothing_of_it",
+    "neighbours_of_a_live_claim_are_not_held_by_it",
+    "neighbours_of_an_expired_claim_do_not_take_it_over",
+    "neighbours_are_recorded_purged_and_counted_apart",
+];
+
+/// Fails unless some isolation failure names an identity that carries `part_value` (the part
+/// the defect ignores), so that the message points at the pair that differs in it.
+fn assert_blind_to(report: &SuiteReport, part_value: &str) {
+    let failures = report.failures();
+    assert!(
+        failures
+            .iter()
+            .any(|(case, why)| ISOLATION_CASES.contains(case) && why.contains(part_value)),
+        "no isolation failure names an identity with {part_value}: {failures:?}"
+    );
+}
+
+/// An adapter that writes with the store's clock but judges by the process's passes every case
+/// where both clocks are one host's, and fails both clock cases.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_suite_catches_judging_time_by_the_process_clock() {
+    let report = caught_for(Defect::ProcessClock).await;
+    for expected in [
+        "leases_follow_the_stores_clock_when_clocks_disagree",
+        "purge_and_census_follow_the_stores_clock_when_clocks_disagree",
+    ] {
+        assert_caught_for(&report, expected, "stores-clock-only");
+    }
+    let unskewed: Vec<_> = report
+        .failures()
+        .into_iter()
+        .filter(|(case, _)| !case.contains("stores_clock_when_clocks_disagree"))
+        .collect();
+    assert_eq!(
+        unskewed,
+        Vec::<(&str, &str)>::new(),
+        "on one host's clock the defect is invisible; only the clock cases can see it"
+    );
+}
+
 /// Every case's failure names its rule, its step and (where there is one) the identity.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn failures_name_the_rule_the_step_and_the_identity() {
@@ -221,6 +287,8 @@ async fn failures_name_the_rule_the_step_and_the_identity() {
         Defect::RepeatingVersions,
         Defect::RenewalBumpsVersion,
         Defect::UnfencedRenewal,
+        Defect::CallerBlindReads,
+        Defect::ProcessClock,
     ] {
         for (case, why) in caught_for(defect).await.failures() {
             assert!(

@@ -11,8 +11,8 @@ use grpc_core_api::{
     RecordedFailure, RequestFingerprint, Version,
 };
 use grpc_ledger_contract_tests::{
-    Capabilities, ConnectionKiller, HeldTableLock, LedgerFixture, LedgerStore, RawRow,
-    TableLocking, UnitOfWork,
+    Capabilities, ClockSkew, ConnectionKiller, HeldTableLock, LedgerFixture, LedgerStore, RawRow,
+    SkewedClock, TableLocking, UnitOfWork,
 };
 use tokio::sync::OwnedRwLockWriteGuard;
 
@@ -55,6 +55,20 @@ impl LedgerFixture for InMemoryFixture {
 
     fn table_locking(&self) -> Option<&dyn TableLocking<Store = InMemoryStore>> {
         Some(self)
+    }
+
+    fn skewed_clock(&self) -> Option<&dyn SkewedClock<Store = InMemoryStore>> {
+        Some(self)
+    }
+}
+
+#[async_trait]
+impl SkewedClock for InMemoryFixture {
+    type Store = InMemoryStore;
+
+    /// The double's clock is a field of its store: the process's, shifted by `skew`.
+    async fn fresh_store_with_clock(&self, skew: ClockSkew) -> InMemoryStore {
+        InMemoryStore::build_with_clock(self.claim_wait, self.defect, Some(skew))
     }
 }
 

@@ -37,6 +37,29 @@ impl Default for InMemoryOperationLedger {
 }
 
 impl InMemoryOperationLedger {
+    /// The storage key of the row that a read or a transition of `identity` reaches: the
+    /// identity's own, unless a broken variant leaves a part out of its WHERE clause, when it is
+    /// the first row (in key order) that agrees with `identity` in the parts it still compares.
+    fn row_key(&self, unit: &UnitState, identity: &GrpcOperationIdentity) -> String {
+        let blind_to: fn(&GrpcOperationIdentity, &GrpcOperationIdentity) -> bool =
+            match self.shared.defect {
+                Some(Defect::CallerBlindReads) => |row, wanted| {
+                    row.method() == wanted.method() && row.key_hash() == wanted.key_hash()
+                },
+                Some(Defect::MethodBlindReads) => |row, wanted| {
+                    row.caller() == wanted.caller() && row.key_hash() == wanted.key_hash()
+                },
+                _ => return identity.storage_key(),
+            };
+        unit.visible_keys(&self.shared)
+            .into_iter()
+            .find(|key| {
+                unit.visible(&self.shared, key)
+                    .is_some_and(|row| blind_to(&row.identity, identity))
+            })
+            .unwrap_or_else(|| identity.storage_key())
+    }
+
     /// Runs `op` inside this ledger's unit, or inside a unit of its own that commits at once.
     async fn in_unit<T, F>(&self, op: F) -> Result<T, LedgerError>
     where
@@ -75,12 +98,12 @@ impl InMemoryOperationLedger {
                 return Version::from_stored(1).expect("1 is a version");
             }
             Version::fresh(
-                millis_since_epoch(SystemTime::now()),
+                millis_since_epoch(self.shared.now()),
                 Version::random_salt(),
             )
         };
         let fresh_row = |version: Version| {
-            let now = SystemTime::now();
+            let now = self.shared.now();
             OperationRecord {
                 identity: identity.clone(),
                 request_fingerprint: *request,
@@ -156,13 +179,17 @@ impl InMemoryOperationLedger {
                 }
             }
         };
+        // The conflict target holds every part; the read that follows and the takeover's update
+        // reach the row `row_key` names (another identity's, in a broken variant).
+        let key = self.row_key(unit, identity);
+        let existing = unit.visible(&self.shared, &key).unwrap_or(existing);
         if existing.request_fingerprint != *request {
             return Err(LedgerError::KeyReusedWithDifferentRequest);
         }
         if existing.state().is_terminal() {
             return Ok(ClaimOutcome::Completed(existing));
         }
-        let now = SystemTime::now();
+        let now = self.shared.judging_now();
         if let Ok(left) = existing.lease_expires_at.duration_since(now)
             && !left.is_zero()
         {
@@ -187,7 +214,7 @@ impl InMemoryOperationLedger {
         let still_ours = |current: &OperationRecord| match self.shared.defect {
             Some(Defect::UnfencedTakeover) => true,
             Some(Defect::TakeoverFencedOnLeaseOnly) => {
-                current.lease_expires_at <= SystemTime::now()
+                current.lease_expires_at <= self.shared.judging_now()
             }
             _ => current.version == existing.version,
         };
@@ -204,7 +231,7 @@ impl InMemoryOperationLedger {
             Some(current) => Ok(ClaimOutcome::InProgress {
                 retry_after: current
                     .lease_expires_at
-                    .duration_since(SystemTime::now())
+                    .duration_since(self.shared.judging_now())
                     .unwrap_or_default(),
                 record: current,
             }),
@@ -242,7 +269,7 @@ impl InMemoryOperationLedger {
         let fenced = self.shared.defect != Some(Defect::UnversionedTransition);
         self.update_owned(unit, identity, version, fenced, |row| {
             row.version = row.version.next();
-            row.finished = Some((SystemTime::now(), completion));
+            row.finished = Some((self.shared.now(), completion));
             row.version
         })
         .await
@@ -265,7 +292,7 @@ impl InMemoryOperationLedger {
             let start = if from_claim {
                 row.claimed_at
             } else {
-                SystemTime::now()
+                self.shared.judging_now()
             };
             row.lease_expires_at = start + lease.get();
         })
@@ -283,7 +310,7 @@ impl InMemoryOperationLedger {
         fenced: bool,
         change: impl FnOnce(&mut OperationRecord) -> T,
     ) -> Result<T, LedgerError> {
-        let key = identity.storage_key();
+        let key = self.row_key(unit, identity);
         if let Lock::TimedOut = self.shared.lock(unit.id, &key).await {
             return Err(LedgerError::unavailable(UnavailableKind::Timeout));
         }
@@ -362,17 +389,19 @@ impl GrpcOperationLedger for InMemoryOperationLedger {
         &self,
         identity: &GrpcOperationIdentity,
     ) -> Result<Option<OperationRecord>, LedgerError> {
-        let key = identity.storage_key();
-        self.in_unit(async |unit| Ok(unit.visible(&self.shared, &key)))
-            .await
+        self.in_unit(async |unit| {
+            let key = self.row_key(unit, identity);
+            Ok(unit.visible(&self.shared, &key))
+        })
+        .await
     }
 
-    /// The double's store clock is the process's.
+    /// The double's store clock is the process's, shifted when a clock case skews it.
     async fn look_up(
         &self,
         identity: &GrpcOperationIdentity,
     ) -> Result<Option<(OperationRecord, Duration)>, LedgerError> {
-        let now = SystemTime::now();
+        let now = self.shared.judging_now();
         Ok(self.find(identity).await?.map(|record| {
             let left = match record.finished {
                 Some(_) => Duration::ZERO,
@@ -386,9 +415,9 @@ impl GrpcOperationLedger for InMemoryOperationLedger {
     }
 
     /// Counts the committed rows (a unit's own uncommitted writes are not counted), by the
-    /// process's clock.
+    /// store's clock.
     async fn census(&self, retention: Duration) -> Result<LedgerCensus, LedgerError> {
-        let now = SystemTime::now();
+        let now = self.shared.judging_now();
         let committed = self.shared.committed();
         let mut census = LedgerCensus::default();
         let broken = self.shared.defect == Some(Defect::CensusCountsInProgressAsPurgeable);
@@ -423,7 +452,9 @@ impl GrpcOperationLedger for InMemoryOperationLedger {
     /// a store, another unit's claim of a row being deleted answers from the committed row at
     /// once instead of waiting for the delete's outcome; the replay is still a true answer.
     async fn purge(&self, retention: Duration, limit: NonZeroU32) -> Result<u64, LedgerError> {
-        let completed_before = SystemTime::now()
+        let completed_before = self
+            .shared
+            .judging_now()
             .checked_sub(retention)
             .unwrap_or(SystemTime::UNIX_EPOCH);
         let outside = InMemoryOperationLedger {

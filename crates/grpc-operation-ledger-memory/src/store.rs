@@ -9,7 +9,7 @@ use std::time::{Duration, SystemTime};
 use grpc_core_api::{LedgerError, OperationRecord};
 use tokio::sync::{Notify, RwLock};
 
-use grpc_ledger_contract_tests::Defect;
+use grpc_ledger_contract_tests::{ClockSkew, Defect};
 
 #[derive(Default)]
 pub(crate) struct Committed {
@@ -28,9 +28,28 @@ pub(crate) struct Shared {
     /// The whole table's lock: writes share it, and a [`TableLocking`] hook holds it alone, as
     /// DDL or `LOCK TABLE` would.
     pub(crate) table: Arc<RwLock<()>>,
+    /// How far the store's clock is from the process's (`None`: the process's own clock).
+    pub(crate) clock_skew: Option<ClockSkew>,
 }
 
 impl Shared {
+    /// The store's clock: what every time the double writes or judges is read from.
+    pub(crate) fn now(&self) -> SystemTime {
+        let process = SystemTime::now();
+        self.clock_skew
+            .map_or(process, |skew| skew.store_time(process))
+    }
+
+    /// The clock the double judges leases, renewals, look-ups, the census and purge by: the
+    /// store's, except in the broken variant that reads the process's.
+    pub(crate) fn judging_now(&self) -> SystemTime {
+        if self.defect == Some(Defect::ProcessClock) {
+            SystemTime::now()
+        } else {
+            self.now()
+        }
+    }
+
     pub(crate) fn committed(&self) -> MutexGuard<'_, Committed> {
         // A panic while holding the lock leaves consistent data (every update is one insert or
         // one assignment), so a poisoned lock is still usable.
@@ -110,6 +129,15 @@ impl InMemoryStore {
     }
 
     pub(crate) fn build(claim_wait: Duration, defect: Option<Defect>) -> Self {
+        Self::build_with_clock(claim_wait, defect, None)
+    }
+
+    /// An empty store whose clock reads `clock_skew` away from the process's.
+    pub(crate) fn build_with_clock(
+        claim_wait: Duration,
+        defect: Option<Defect>,
+        clock_skew: Option<ClockSkew>,
+    ) -> Self {
         Self {
             shared: Arc::new(Shared {
                 committed: Mutex::default(),
@@ -118,6 +146,7 @@ impl InMemoryStore {
                 next_unit: AtomicU64::new(1),
                 defect,
                 table: Arc::default(),
+                clock_skew,
             }),
         }
     }

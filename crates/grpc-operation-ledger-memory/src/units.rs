@@ -44,6 +44,25 @@ impl UnitState {
         shared.committed().rows.get(key).cloned()
     }
 
+    /// The storage keys of every row this unit sees, in order.
+    pub(crate) fn visible_keys(&self, shared: &Shared) -> Vec<String> {
+        let pending = self.pending();
+        let mut keys: Vec<String> = pending.rows.keys().cloned().collect();
+        let deleted = pending.deleted.clone();
+        drop(pending);
+        keys.extend(
+            shared
+                .committed()
+                .rows
+                .keys()
+                .filter(|key| !deleted.contains(*key))
+                .cloned(),
+        );
+        keys.sort();
+        keys.dedup();
+        keys
+    }
+
     pub(crate) fn pending(&self) -> MutexGuard<'_, Pending> {
         self.pending
             .lock()

@@ -20,7 +20,9 @@ use std::io::Write;
 use crate::{Capabilities, LedgerFixture, LedgerStore, RawRow, UnitOfWork};
 
 mod claims;
+mod clock;
 mod concurrency;
+mod isolation;
 mod ownership;
 mod renewal;
 mod rules;
@@ -29,7 +31,9 @@ mod transitions;
 mod write_once;
 
 pub use claims::*;
+pub use clock::*;
 pub use concurrency::*;
+pub use isolation::*;
 pub use ownership::*;
 pub use renewal::*;
 pub use rules::Rule;
@@ -328,6 +332,20 @@ pub fn not_applicable<F: LedgerFixture>(case: &str, fixture: &F) -> Option<&'sta
         "claims_are_bounded_behind_a_table_lock" if fixture.table_locking().is_none() => {
             Some("the fixture cannot lock the ledger table (LedgerFixture::table_locking)")
         }
+        "leases_follow_the_stores_clock_when_clocks_disagree"
+        | "purge_and_census_follow_the_stores_clock_when_clocks_disagree"
+            if fixture.skewed_clock().is_none() =>
+        {
+            Some(clock::NO_HOOK)
+        }
+        "a_neighbours_uncommitted_claim_does_not_hold_a_claim_back"
+            if !fixture.capabilities().concurrent_writers =>
+        {
+            Some(
+                "the store has one writer at a time: a second unit's claim waits for the write \
+                 lock whatever identity it claims",
+            )
+        }
         _ => None,
     }
 }
@@ -510,4 +528,11 @@ suite!(
     record_finished_with_another_request_is_refused,
     record_finished_over_a_live_claim_is_in_progress,
     concurrent_records_have_exactly_one_winner,
+    neighbours_of_a_finished_operation_see_nothing_of_it,
+    neighbours_of_a_live_claim_are_not_held_by_it,
+    neighbours_of_an_expired_claim_do_not_take_it_over,
+    neighbours_are_recorded_purged_and_counted_apart,
+    a_neighbours_uncommitted_claim_does_not_hold_a_claim_back,
+    leases_follow_the_stores_clock_when_clocks_disagree,
+    purge_and_census_follow_the_stores_clock_when_clocks_disagree,
 );

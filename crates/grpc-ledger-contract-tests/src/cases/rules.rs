@@ -72,6 +72,8 @@ pub enum Rule {
     BoundParameters,
     /// `record_finished` writes the finished row once and replays a duplicate.
     RecordOnce,
+    /// Every time the ledger writes or judges comes from the store's clock, never the process's.
+    StoresClockOnly,
 }
 
 impl Rule {
@@ -108,6 +110,7 @@ impl Rule {
         Rule::ConcurrentMigrations,
         Rule::BoundParameters,
         Rule::RecordOnce,
+        Rule::StoresClockOnly,
     ];
 
     /// The rule's stable name, as the guide's headings use it.
@@ -144,6 +147,7 @@ impl Rule {
             Rule::ConcurrentMigrations => "concurrent-migrations",
             Rule::BoundParameters => "bound-parameters",
             Rule::RecordOnce => "record-once",
+            Rule::StoresClockOnly => "stores-clock-only",
         }
     }
 
@@ -265,6 +269,11 @@ impl Rule {
             Rule::RecordOnce => {
                 "record_finished inserts the finished row once; a duplicate replays it, another \
                  request is refused, a live claim is in progress"
+            }
+            Rule::StoresClockOnly => {
+                "every time the ledger writes or judges (claim time, lease end, completion, \
+                 takeover, renewal, purge cutoff, census) is read from the store's clock, never \
+                 the process's, so a store on another host's clock changes nothing"
             }
         }
     }

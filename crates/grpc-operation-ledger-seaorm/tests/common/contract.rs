@@ -6,8 +6,8 @@ use grpc_core_api::{GrpcOperationLedger, LedgerError, LedgerUnitsOfWork, UnitPer
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use grpc_ledger_contract_tests::{
-    Capabilities, ConnectionKiller, HeldTableLock, LedgerFixture, LedgerStore, Migrations, RawRow,
-    TableLocking, UnitOfWork,
+    Capabilities, ClockSkew, ConnectionKiller, HeldTableLock, LedgerFixture, LedgerStore,
+    Migrations, RawRow, SkewedClock, TableLocking, UnitOfWork,
 };
 use grpc_operation_ledger_seaorm::{
     LedgerMigrator, SeaOrmOperationLedger, SeaOrmUnitsOfWork, connect_mysql, connect_postgres,
@@ -19,7 +19,7 @@ use sea_orm::{
 };
 use sea_orm_migration::MigratorTrait;
 
-use super::{Store, TestDb, config, config_for, fresh};
+use super::{Store, TestDb, config, config_for, fresh_with_clock};
 
 pub struct SeaOrmFixture {
     store: Store,
@@ -52,18 +52,7 @@ impl LedgerFixture for SeaOrmFixture {
     }
 
     async fn fresh_store(&self) -> SeaOrmStore {
-        let test_db = fresh(self.store).await;
-        test_db
-            .direct
-            .execute_unprepared(
-                "CREATE TABLE contract_business (business_key VARCHAR(255) NOT NULL)",
-            )
-            .await
-            .expect("create the business table");
-        SeaOrmStore {
-            test_db,
-            next_node: AtomicUsize::new(0),
-        }
+        self.fresh_store_on_clock(None).await
     }
 
     fn migrations(&self) -> Option<&dyn Migrations<Store = SeaOrmStore>> {
@@ -77,6 +66,46 @@ impl LedgerFixture for SeaOrmFixture {
 
     fn table_locking(&self) -> Option<&dyn TableLocking<Store = SeaOrmStore>> {
         Some(self)
+    }
+
+    /// PostgreSQL only, by functions that shadow `pg_catalog`'s clock in the case's database.
+    /// SQLite is embedded: its clock is the process's own, so there is no second clock to
+    /// disagree. MariaDB's clock functions cannot be shadowed per database, and
+    /// `SET timestamp` stops the session's clock (no lease would ever run out): a MariaDB server
+    /// under another clock (libfaketime) would be needed.
+    fn skewed_clock(&self) -> Option<&dyn SkewedClock<Store = SeaOrmStore>> {
+        matches!(
+            self.store,
+            Store::Postgres | Store::PostgresBehindTransactionPooler
+        )
+        .then_some(self as _)
+    }
+}
+
+#[async_trait]
+impl SkewedClock for SeaOrmFixture {
+    type Store = SeaOrmStore;
+
+    async fn fresh_store_with_clock(&self, skew: ClockSkew) -> SeaOrmStore {
+        self.fresh_store_on_clock(Some(skew)).await
+    }
+}
+
+impl SeaOrmFixture {
+    /// A fresh store with the business table, on the process's clock or `skew` away from it.
+    async fn fresh_store_on_clock(&self, skew: Option<ClockSkew>) -> SeaOrmStore {
+        let test_db = fresh_with_clock(self.store, skew).await;
+        test_db
+            .direct
+            .execute_unprepared(
+                "CREATE TABLE contract_business (business_key VARCHAR(255) NOT NULL)",
+            )
+            .await
+            .expect("create the business table");
+        SeaOrmStore {
+            test_db,
+            next_node: AtomicUsize::new(0),
+        }
     }
 }
 

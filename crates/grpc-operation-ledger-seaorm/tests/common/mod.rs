@@ -12,6 +12,7 @@ use std::time::Duration;
 use grpc_core_api::{
     CallerFingerprint, GrpcMethod, GrpcOperationIdentity, IdempotencyKey, KeyHasher, LeaseDuration,
 };
+use grpc_ledger_contract_tests::ClockSkew;
 use grpc_operation_ledger_seaorm::{
     LedgerConfig, Pooler, connect_mysql, connect_postgres, database_url, migrate, open_sqlite,
 };
@@ -139,10 +140,36 @@ async fn create_database(admin_url: &str, variable: &str, name: &str) {
     admin.close().await.expect("close the admin connection");
 }
 
+/// Gives the fresh PostgreSQL database `name` the clock `skew` says, before any pool connects to
+/// it (see [`ClockSkew::postgres_statements`]).
+async fn skew_postgres_clock(admin_url: &str, name: &str, skew: ClockSkew) {
+    let [functions, search_path] = skew.postgres_statements(name);
+    let db = Database::connect(with_database(admin_url, name))
+        .await
+        .expect("connect to the fresh database");
+    db.execute_unprepared(&functions)
+        .await
+        .expect("create the skewed clock's functions");
+    db.execute_unprepared(&search_path)
+        .await
+        .expect("put the skewed clock on the search path");
+    db.close().await.expect("close the set-up connection");
+}
+
 /// A fresh database `name` on the server at `admin_url` (PostgreSQL or MariaDB, as `store`
-/// says), migrated, reached directly.
-async fn on_server(store: Store, admin_url: &str, variable: &str, name: &str) -> TestDb {
+/// says), with its clock `skew` away from the process's on PostgreSQL, migrated, reached
+/// directly.
+async fn on_server(
+    store: Store,
+    admin_url: &str,
+    variable: &str,
+    name: &str,
+    skew: Option<ClockSkew>,
+) -> TestDb {
     create_database(admin_url, variable, name).await;
+    if let Some(skew) = skew {
+        skew_postgres_clock(admin_url, name, skew).await;
+    }
     let url = with_database(admin_url, name);
     let db = match store {
         Store::MariaDb => connect_mysql(&url, &config()).await,
@@ -162,6 +189,20 @@ async fn on_server(store: Store, admin_url: &str, variable: &str, name: &str) ->
 
 /// A fresh, migrated store.
 pub async fn fresh(store: Store) -> TestDb {
+    fresh_with_clock(store, None).await
+}
+
+/// A fresh, migrated store whose clock reads `skew` away from the process's (PostgreSQL only: a
+/// skew on another store is a bug of the caller's).
+pub async fn fresh_with_clock(store: Store, skew: Option<ClockSkew>) -> TestDb {
+    assert!(
+        skew.is_none()
+            || matches!(
+                store,
+                Store::Postgres | Store::PostgresBehindTransactionPooler
+            ),
+        "only PostgreSQL's clock can be skewed per database"
+    );
     let name = unique_name();
     match store {
         Store::Sqlite => {
@@ -176,10 +217,15 @@ pub async fn fresh(store: Store) -> TestDb {
                 nodes: Vec::new(),
             }
         }
-        Store::Postgres => on_server(store, &postgres_admin_url(), "DATABASE_URL", &name).await,
+        Store::Postgres => {
+            on_server(store, &postgres_admin_url(), "DATABASE_URL", &name, skew).await
+        }
         Store::PostgresBehindTransactionPooler => {
             let admin_url = postgres_admin_url();
             create_database(&admin_url, "DATABASE_URL", &name).await;
+            if let Some(skew) = skew {
+                skew_postgres_clock(&admin_url, &name, skew).await;
+            }
             let direct = connect_postgres(&with_database(&admin_url, &name), &config())
                 .await
                 .expect("connect PostgreSQL");
@@ -197,7 +243,7 @@ pub async fn fresh(store: Store) -> TestDb {
                 nodes: Vec::new(),
             }
         }
-        Store::MariaDb => on_server(store, &mariadb_admin_url(), "MARIADB_URL", &name).await,
+        Store::MariaDb => on_server(store, &mariadb_admin_url(), "MARIADB_URL", &name, None).await,
         Store::Galera => {
             let urls: Vec<String> = std::env::var("GALERA_URLS")
                 .ok()
