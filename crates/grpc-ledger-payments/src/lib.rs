@@ -29,7 +29,7 @@ pub use server::{
     Faults, PaymentsService, authenticate, create_payment_method, insert_payment, load_payment,
     prepare_database, statement,
 };
-pub use store::{Store, key_hasher, open_ledger_store, open_store, serve, service};
+pub use store::{Store, key_hasher, open_ledger_store, open_store, serve, serve_mtls, service};
 
 /// The descriptor set of the service's .proto, compiled by protox at build time.
 pub const DESCRIPTOR_SET: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/payments.pb"));

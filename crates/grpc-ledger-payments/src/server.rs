@@ -9,8 +9,8 @@ use grpc_core_api::{GrpcMethod, LedgerUnitsOfWork, OutcomeReference};
 use grpc_operation_ledger_seaorm::SeaOrmUnitsOfWork;
 use grpc_policy::{RandomSource, SplitMix64};
 use grpc_tonic::{
-    AuthenticatedPrincipal, Committed, HandlerError, KeyedMutationGuard, Resolved, RetentionConfig,
-    RetentionWorker,
+    AuthenticatedPrincipal, CallerExtractor, Committed, HandlerError, KeyedMutationGuard, Resolved,
+    RetentionConfig, RetentionWorker,
 };
 use sea_orm::{ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbErr, Statement};
 use tonic::{Request, Response, Status};
@@ -150,6 +150,13 @@ impl PaymentsService {
             retention: None,
             downstream: None,
         }
+    }
+
+    /// The service with its guard naming each caller by `callers` (a verified mTLS peer, say)
+    /// instead of the principal the demo's token check records.
+    pub fn with_caller_extractor(mut self, callers: impl CallerExtractor + 'static) -> Self {
+        self.guard = self.guard.with_caller_extractor(callers);
+        self
     }
 
     /// Chains the service to a postings service: each payment posts through `downstream` inside

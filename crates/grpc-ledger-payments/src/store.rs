@@ -110,12 +110,40 @@ pub async fn serve(
     service: impl pb::payments_server::Payments,
     shutdown: impl std::future::Future<Output = ()> + Send,
 ) -> anyhow::Result<()> {
-    tonic::transport::Server::builder()
+    serve_with(listener, service, None, authenticate, shutdown).await
+}
+
+/// Serves `service` on `listener` over TLS as `tls` configures it, until `shutdown` completes:
+/// with `tls` requiring client certificates (`client_ca_root`), the handshake refuses a client
+/// without a certificate the CA signed and in its validity, and the service's guard names each
+/// caller from the certificate (`PaymentsService::with_caller_extractor` with a
+/// `grpc_tonic::MtlsCallerExtractor`). No token is asked for.
+pub async fn serve_mtls(
+    listener: tokio::net::TcpListener,
+    service: impl pb::payments_server::Payments,
+    tls: tonic::transport::ServerTlsConfig,
+    shutdown: impl std::future::Future<Output = ()> + Send,
+) -> anyhow::Result<()> {
+    serve_with(listener, service, Some(tls), Ok, shutdown).await
+}
+
+/// Serves `service` on `listener`, over `tls` when given, each call admitted by `admit`.
+async fn serve_with(
+    listener: tokio::net::TcpListener,
+    service: impl pb::payments_server::Payments,
+    tls: Option<tonic::transport::ServerTlsConfig>,
+    admit: fn(tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status>,
+    shutdown: impl std::future::Future<Output = ()> + Send,
+) -> anyhow::Result<()> {
+    let mut server = tonic::transport::Server::builder();
+    if let Some(tls) = tls {
+        server = server.tls_config(tls)?;
+    }
+    server
         // The guard reads each call's method from its path, checked once here.
         .layer(grpc_tonic::MethodFromPathLayer)
         .add_service(pb::payments_server::PaymentsServer::with_interceptor(
-            service,
-            authenticate,
+            service, admit,
         ))
         .serve_with_incoming_shutdown(
             tokio_stream::wrappers::TcpListenerStream::new(listener),

@@ -36,5 +36,7 @@ pub use server::{
     KeyedMutationGuard, MethodFromPath, MethodFromPathLayer, Resolved, RetentionConfig,
     RetentionPass, RetentionStats, RetentionWorker,
 };
+#[cfg(feature = "mtls")]
+pub use server::{MtlsCallerExtractor, PeerName};
 
 pub use key_header::{IDEMPOTENCY_KEY_HEADER, InvalidKeyHeader};

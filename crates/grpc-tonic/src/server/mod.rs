@@ -4,6 +4,8 @@
 mod caller;
 mod guard;
 mod method_layer;
+#[cfg(feature = "mtls")]
+mod mtls;
 mod retention;
 
 pub use caller::{
@@ -12,4 +14,6 @@ pub use caller::{
 };
 pub use guard::{Committed, GuardConfig, GuardMode, HandlerError, KeyedMutationGuard, Resolved};
 pub use method_layer::{MethodFromPath, MethodFromPathLayer};
+#[cfg(feature = "mtls")]
+pub use mtls::{MtlsCallerExtractor, PeerName};
 pub use retention::{RetentionConfig, RetentionPass, RetentionStats, RetentionWorker};
