@@ -40,6 +40,9 @@ pub struct ClientOptions {
     pub progress: bool,
     /// Who retries the payments.
     pub retries: ClientRetries,
+    /// Mutual TLS to the server (`--tls-dir`): the CA it trusts and the client's certificate;
+    /// `None`: plain HTTP/2 with the demo's bearer token.
+    pub tls: Option<tonic::transport::ClientTlsConfig>,
 }
 
 /// Who retries the client's payments: one owner, never both.
@@ -95,9 +98,12 @@ async fn connect(
     addr: SocketAddr,
     options: &ClientOptions,
 ) -> Result<(Client, Retrier, Arc<grpc_tonic::ExecutorStats>)> {
-    let channel = Channel::from_shared(format!("http://{addr}"))?
-        .connect()
-        .await?;
+    let channel = match &options.tls {
+        None => Channel::from_shared(format!("http://{addr}"))?,
+        Some(tls) => Channel::from_shared(format!("https://{addr}"))?.tls_config(tls.clone())?,
+    }
+    .connect()
+    .await?;
     let client: Client = PaymentsClient::with_interceptor(
         CommitObserver::new(channel.clone()),
         with_token as fn(_) -> _,

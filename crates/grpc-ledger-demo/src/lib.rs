@@ -5,6 +5,7 @@
 
 mod chain;
 mod client;
+pub mod tls;
 
 use std::fmt;
 use std::sync::Arc;

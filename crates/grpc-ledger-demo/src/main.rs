@@ -7,12 +7,13 @@ use clap::Parser;
 use std::sync::Arc;
 
 use anyhow::Context;
+use grpc_ledger_demo::tls::TlsDir;
 use grpc_ledger_demo::{
     ChainFaults, ChainStores, ClientOptions, ClientRetries, FaultOptions, INJECTED_DELAY,
     check_chain_mode, connect_chain, faulty_service, payments_server, postings_server, run_chain,
     run_client, run_demo_in,
 };
-use grpc_ledger_payments::{Faults, Store, UnitFailures, open_store, serve};
+use grpc_ledger_payments::{Faults, Store, UnitFailures, open_store, serve, serve_mtls};
 use grpc_operation_ledger_seaorm::{Pooler, SeaOrmUnitsOfWork};
 use grpc_tonic::testing::AfterCommitFaults;
 use grpc_tonic::{GuardMode, RetentionConfig};
@@ -114,6 +115,17 @@ struct Args {
     /// The postings server the payments server of a chain (`--serve`) posts to.
     #[arg(long, value_name = "ADDR", requires = "serve")]
     postings_at: Option<std::net::SocketAddr>,
+    /// Mutual TLS for `--serve` and `--connect`: the server requires a client certificate signed
+    /// by the directory's CA and names each caller by its SPIFFE ID (its URI SAN under
+    /// `spiffe://grpc-ledger-demo/`) instead of the demo's token; the client presents its own.
+    /// Files: ca.pem, server.pem, server.key, client.pem, client.key (`--make-tls-dir` writes
+    /// them).
+    #[arg(long, value_name = "DIR", conflicts_with = "chain")]
+    tls_dir: Option<std::path::PathBuf>,
+    /// Writes a fresh CA, a server certificate for `localhost` and a client certificate into
+    /// DIR, for `--tls-dir`, then exits.
+    #[arg(long, value_name = "DIR", exclusive = true)]
+    make_tls_dir: Option<std::path::PathBuf>,
     /// Log events as JSON lines (on stderr) instead of text. Which events: `RUST_LOG` (default
     /// `warn`; `info` adds one line per replayed or refused call, with its method and caller).
     #[arg(long)]
@@ -182,6 +194,22 @@ impl From<Mode> for GuardMode {
 async fn main() -> ExitCode {
     let args = Args::parse();
     init_logging(args.log_json);
+    if let Some(dir) = &args.make_tls_dir {
+        return match TlsDir::make(dir) {
+            Ok(_) => {
+                println!(
+                    "wrote a CA, a server certificate (localhost) and a client certificate \
+                     (spiffe://grpc-ledger-demo/client) into {}",
+                    dir.display()
+                );
+                ExitCode::SUCCESS
+            }
+            Err(error) => {
+                eprintln!("grpc-ledger-demo: {error:#}");
+                ExitCode::from(2)
+            }
+        };
+    }
     let run_id = args.run_id.clone().unwrap_or_else(|| {
         let millis = SystemTime::now()
             .duration_since(UNIX_EPOCH)
@@ -210,6 +238,7 @@ async fn main() -> ExitCode {
         run_id: run_id.clone(),
         progress: args.serve.is_none() && args.connect.is_none(),
         retries: args.retries.into(),
+        tls: None,
     };
     eprintln!("store: {store}");
     let outcome = if args.chain {
@@ -287,14 +316,37 @@ async fn run_single(
     client: &ClientOptions,
     run_id: &str,
 ) -> Outcome {
+    let apart = args.serve.is_some() || args.connect.is_some();
+    // A process apart reconciles from, or serves, the store the other process uses: a temporary
+    // file is each process's own, and reconciling against an empty one reports every payment lost.
+    if apart && args.database_url.is_none() && args.sqlite.is_none() {
+        anyhow::bail!(
+            "--serve and --connect run in two processes that must share their store: name it in \
+             both (--database-url URL or --sqlite FILE)"
+        );
+    }
+    let tls = match &args.tls_dir {
+        Some(_) if !apart => anyhow::bail!(
+            "--tls-dir secures the network between --serve and --connect; a whole run in one \
+             process has none"
+        ),
+        dir => dir.as_ref().map(TlsDir::new),
+    };
     let report = match (args.serve, args.connect) {
         (Some(addr), _) => {
             let retention = RetentionConfig::new(Duration::from_secs(args.retention_secs))
                 .with_interval(Duration::from_secs(args.retention_interval_secs.max(1)));
-            serve_only(store, args.mode.into(), faults, retention, addr, run_id).await?;
+            let mode = args.mode.into();
+            serve_only(store, mode, faults, retention, addr, run_id, tls).await?;
             return Ok(None);
         }
-        (None, Some(addr)) => connect_only(store, addr, client).await?,
+        (None, Some(addr)) => {
+            let client = ClientOptions {
+                tls: tls.map(|dir| dir.client()).transpose()?,
+                ..client.clone()
+            };
+            connect_only(store, addr, &client).await?
+        }
         (None, None) => run_demo_in(args.mode.into(), store, faults, client).await?,
     };
     Ok(Some((report.to_string(), report.reconciled())))
@@ -397,6 +449,7 @@ async fn serve_only(
     retention: RetentionConfig,
     addr: std::net::SocketAddr,
     run_id: &str,
+    tls: Option<TlsDir>,
 ) -> anyhow::Result<()> {
     // A restarted server must not reuse a payment id of the process it replaces.
     let process = std::process::id();
@@ -408,10 +461,16 @@ async fn serve_only(
     let retention = service.retention_worker(retention).spawn(async {
         let _ = retention_stopped.await;
     });
-    let served = serve(listener, service, async {
+    let stopped = async {
         let _ = tokio::signal::ctrl_c().await;
-    })
-    .await;
+    };
+    let served = match tls {
+        None => serve(listener, service, stopped).await,
+        Some(dir) => {
+            let service = service.with_caller_extractor(TlsDir::callers());
+            serve_mtls(listener, service, dir.server()?, stopped).await
+        }
+    };
     // The server has stopped taking calls: let the worker end its batch, then stop.
     let _ = stop_retention.send(());
     retention.await?;

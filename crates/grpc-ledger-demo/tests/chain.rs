@@ -29,6 +29,7 @@ fn client(run_id: &str, retries: ClientRetries) -> ClientOptions {
         run_id: run_id.to_owned(),
         progress: false,
         retries,
+        tls: None,
     }
 }
 

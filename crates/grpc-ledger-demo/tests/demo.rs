@@ -23,6 +23,7 @@ fn client(run_id: &str) -> ClientOptions {
         run_id: run_id.to_owned(),
         progress: false,
         retries: ClientRetries::Application,
+        tls: None,
     }
 }
 

@@ -50,6 +50,7 @@ async fn a_demo_run_traces_no_key_and_no_request_body() {
             run_id: run_id.to_owned(),
             progress: false,
             retries,
+            tls: None,
         };
         let file =
             std::env::temp_dir().join(format!("demo-{run_id}-{}.sqlite", std::process::id()));
