@@ -51,6 +51,12 @@ pub(crate) enum Task {
         #[arg(long)]
         all: bool,
     },
+    /// Mutation testing: how many mutants of the adapters the contract suite kills, as a report
+    /// in docs/mutants/ (an hour or more; CI checks only that the report is current).
+    Mutants {
+        #[command(subcommand)]
+        kind: MutantsKind,
+    },
     /// A development PostgreSQL that outlives the command, for running single tests with
     /// `DATABASE_URL` by hand.
     Pg {
@@ -67,6 +73,28 @@ pub(crate) enum Task {
     Galera {
         #[command(subcommand)]
         action: GaleraAction,
+    },
+}
+
+/// Which mutants `cargo xtask mutants` runs.
+#[derive(Debug, Subcommand)]
+pub(crate) enum MutantsKind {
+    /// Every statement the SeaORM adapter sends, mutated one change at a time, and each check of
+    /// a statement's result ignored; the contract suite against each on PostgreSQL, SQLite and
+    /// MariaDB (servers started and removed as `test` does). Writes docs/mutants/sql.md when
+    /// every store ran; fails on a survivor not explained in docs/mutants/sql-equivalent.md.
+    Sql {
+        /// Only these stores (repeatable; default: all three). A partial run writes its report
+        /// under target/mutants/.
+        #[arg(long, value_enum)]
+        store: Vec<crate::mutants::SqlStore>,
+        /// Only the statement of this name (as the report names it).
+        #[arg(long)]
+        only: Option<String>,
+        /// Run nothing: render the last run's results (target/mutants/results.json) again with
+        /// the equivalence file as it is now.
+        #[arg(long, conflicts_with_all = ["store", "only"])]
+        report_only: bool,
     },
 }
 

@@ -18,7 +18,7 @@ pub(crate) fn install_interrupt_flag() -> Result<Arc<AtomicBool>> {
 }
 
 /// A `cargo` command (the one running xtask) with the given arguments and extra environment.
-fn cargo_command(args: &[&str], env: &[(&str, &str)]) -> Command {
+pub(crate) fn cargo_command(args: &[&str], env: &[(&str, &str)]) -> Command {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
     let mut command = Command::new(cargo);
     command.args(args);

@@ -17,6 +17,7 @@ mod galera;
 mod host;
 mod kit;
 mod mariadb;
+mod mutants;
 mod pgbouncer;
 mod postgres;
 mod server_process;
@@ -28,7 +29,7 @@ use anyhow::{Context, Result, bail};
 use clap::error::ErrorKind;
 use clap::{CommandFactory, Parser};
 
-use cli::{Cli, GaleraAction, MariadbAction, PgAction, Task};
+use cli::{Cli, GaleraAction, MariadbAction, MutantsKind, PgAction, Task};
 
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
@@ -66,6 +67,14 @@ fn run(task: Task) -> Result<()> {
         Task::Bench { quick, all } => bench(quick, all),
         Task::Fuzz { seconds } => fuzz::fuzz(seconds, &*cmd::install_interrupt_flag()?),
         Task::Chaos { quick } => chaos::chaos(quick, &*cmd::install_interrupt_flag()?),
+        Task::Mutants { kind } => match kind {
+            MutantsKind::Sql {
+                report_only: true, ..
+            } => mutants::report_again(),
+            MutantsKind::Sql { store, only, .. } => {
+                mutants::sql(&store, only.as_deref(), &*cmd::install_interrupt_flag()?)
+            }
+        },
         Task::Pg { action } => match action {
             PgAction::Start { durable } => postgres::dev_start(durable),
             PgAction::Stop => postgres::dev_stop(),

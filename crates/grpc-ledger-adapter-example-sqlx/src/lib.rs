@@ -25,6 +25,13 @@ use sqlx::postgres::{PgPool, PgRow};
 use sqlx::{PgConnection, Postgres, Row, Transaction};
 use tokio::sync::Mutex;
 
+mod statements;
+
+use statements::{
+    CENSUS, CLAIM, MARK_COMMITTED, MARK_FAILED, PURGE, RENEW_LEASE, SELECT, TAKE_OVER, ignores, sql,
+};
+pub use statements::{CHECKS, SENT};
+
 /// The ledger table: the identity's three parts as the primary key (uniqueness enforced by the
 /// database), states stored by name, and the row rules as CHECK constraints.
 const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS sqlx_ledger (
@@ -47,90 +54,6 @@ const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS sqlx_ledger (
     CHECK (state <> 'FAILED_TERMINAL'
         OR (failure_code IS NOT NULL AND failure_message IS NOT NULL AND completed_at IS NOT NULL))
 )";
-
-/// The store's clock in milliseconds since the epoch: leases are judged by it, never the caller's.
-macro_rules! now {
-    () => {
-        "(EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::BIGINT"
-    };
-}
-
-/// Claim: an insert that can only insert. The fresh version is the store's clock shifted by
-/// `Version::CLAIM_TIME_SHIFT` plus a random salt, so it never repeats for an identity, even after
-/// a purge (case `stale_owner_cannot_complete_a_claim_made_after_purge`).
-const CLAIM: &str = concat!(
-    "INSERT INTO sqlx_ledger (caller, method, key_hash, request_fingerprint, state, version, \
-     claimed_at, lease_expires_at) \
-     SELECT $1, $2, $3, $4, 'IN_PROGRESS', clock.now * $6 + $7, clock.now, clock.now + $5 \
-     FROM (SELECT ",
-    now!(),
-    " AS now) AS clock \
-     ON CONFLICT (caller, method, key_hash) DO NOTHING RETURNING version"
-);
-
-const SELECT: &str = concat!(
-    "SELECT request_fingerprint, state, version, claimed_at, lease_expires_at, completed_at, \
-     outcome_reference, failure_code, failure_message, failure_details, ",
-    now!(),
-    " AS db_now FROM sqlx_ledger WHERE caller = $1 AND method = $2 AND key_hash = $3"
-);
-
-/// A takeover, conditional on the version read and on the lease having run out by the store's
-/// clock (cases `contended_claims_never_hand_a_version_twice` and `..._in_units_...`).
-const TAKE_OVER: &str = concat!(
-    "UPDATE sqlx_ledger SET version = version + 1, claimed_at = ",
-    now!(),
-    ", lease_expires_at = ",
-    now!(),
-    " + $5 WHERE caller = $1 AND method = $2 AND key_hash = $3 \
-     AND state = 'IN_PROGRESS' AND version = $4 AND lease_expires_at <= ",
-    now!()
-);
-
-const MARK_COMMITTED: &str = concat!(
-    "UPDATE sqlx_ledger SET state = 'COMMITTED', version = version + 1, completed_at = ",
-    now!(),
-    ", outcome_reference = $5 WHERE caller = $1 AND method = $2 AND key_hash = $3 \
-     AND state = 'IN_PROGRESS' AND version = $4"
-);
-
-const MARK_FAILED: &str = concat!(
-    "UPDATE sqlx_ledger SET state = 'FAILED_TERMINAL', version = version + 1, completed_at = ",
-    now!(),
-    ", failure_code = $5, failure_message = $6, failure_details = $7 \
-     WHERE caller = $1 AND method = $2 AND key_hash = $3 AND state = 'IN_PROGRESS' AND version = $4"
-);
-
-/// The owner keeps its lease alive: only at its version, only in progress, and the version stays
-/// (cases `renewed_lease_keeps_its_owner_and_version`, `renewal_of_a_lost_claim_is_refused`).
-const RENEW_LEASE: &str = concat!(
-    "UPDATE sqlx_ledger SET lease_expires_at = ",
-    now!(),
-    " + $5 WHERE caller = $1 AND method = $2 AND key_hash = $3 \
-     AND state = 'IN_PROGRESS' AND version = $4"
-);
-
-/// The counts a census answers, in one read by the store's clock (case
-/// `census_counts_by_the_stores_clock`).
-const CENSUS: &str = concat!(
-    "SELECT COUNT(*) FILTER (WHERE state = 'IN_PROGRESS'), \
-     COUNT(*) FILTER (WHERE state = 'IN_PROGRESS' AND lease_expires_at <= ",
-    now!(),
-    "), ",
-    now!(),
-    " - MIN(claimed_at) FILTER (WHERE state = 'IN_PROGRESS'), \
-     COUNT(*) FILTER (WHERE state <> 'IN_PROGRESS' AND completed_at < ",
-    now!(),
-    " - $1) FROM sqlx_ledger"
-);
-
-const PURGE: &str = concat!(
-    "DELETE FROM sqlx_ledger WHERE (caller, method, key_hash) IN (\
-     SELECT caller, method, key_hash FROM sqlx_ledger WHERE state <> 'IN_PROGRESS' \
-     AND completed_at < ",
-    now!(),
-    " - $1 LIMIT $2)"
-);
 
 /// How many rounds of insert, read and takeover a claim makes before it answers `InFlight`.
 const CLAIM_ROUNDS: usize = 3;
@@ -353,7 +276,7 @@ impl GrpcOperationLedger for SqlxLedger {
         version: Version,
         lease: LeaseDuration,
     ) -> Result<(), LedgerError> {
-        let query = bind_identity(sqlx::query(RENEW_LEASE), identity)
+        let query = bind_identity(sqlx::query(sql(RENEW_LEASE)), identity)
             .bind(version.to_stored())
             .bind(lease.as_millis());
         on_connection!(self, |conn| update_owned(conn, identity, version, query)
@@ -386,7 +309,7 @@ impl GrpcOperationLedger for SqlxLedger {
         let retention = i64::try_from(retention.as_millis()).unwrap_or(i64::MAX);
         let (in_progress, expired, oldest, past_retention): (i64, i64, Option<i64>, i64) =
             on_connection!(self, |conn| {
-                sqlx::query_as(CENSUS)
+                sqlx::query_as(sql(CENSUS))
                     .bind(retention)
                     .fetch_one(conn)
                     .await
@@ -404,7 +327,7 @@ impl GrpcOperationLedger for SqlxLedger {
     async fn purge(&self, retention: Duration, limit: NonZeroU32) -> Result<u64, LedgerError> {
         let retention = i64::try_from(retention.as_millis()).unwrap_or(i64::MAX);
         on_connection!(self, |conn| {
-            sqlx::query(PURGE)
+            sqlx::query(sql(PURGE))
                 .bind(retention)
                 .bind(i64::from(limit.get()))
                 .execute(conn)
@@ -430,7 +353,7 @@ async fn claim_on(
 ) -> Result<ClaimOutcome, LedgerError> {
     let lease_ms = i64::try_from(lease.get().as_millis()).unwrap_or(i64::MAX);
     for _ in 0..CLAIM_ROUNDS {
-        let inserted: Option<i64> = bind_identity(sqlx::query_scalar(CLAIM), identity)
+        let inserted: Option<i64> = bind_identity(sqlx::query_scalar(sql(CLAIM)), identity)
             .bind(request.to_hex())
             .bind(lease_ms)
             .bind(1_i64 << Version::CLAIM_TIME_SHIFT)
@@ -462,13 +385,13 @@ async fn claim_on(
                 record,
             });
         }
-        let taken = bind_identity(sqlx::query(TAKE_OVER), identity)
+        let taken = bind_identity(sqlx::query(sql(TAKE_OVER)), identity)
             .bind(record.version.to_stored())
             .bind(lease_ms)
             .execute(&mut *conn)
             .await
             .map_err(store_error(during))?;
-        if taken.rows_affected() == 1 {
+        if taken.rows_affected() == 1 || ignores("takeover changed one row") {
             return Ok(ClaimOutcome::Claimed {
                 version: record.version.next(),
                 took_over: true,
@@ -490,10 +413,10 @@ async fn transition_on(
     completion: &Completion,
 ) -> Result<Version, LedgerError> {
     let query = match completion {
-        Completion::Committed(outcome) => bind_identity(sqlx::query(MARK_COMMITTED), identity)
+        Completion::Committed(outcome) => bind_identity(sqlx::query(sql(MARK_COMMITTED)), identity)
             .bind(version.to_stored())
             .bind(outcome.as_str().to_owned()),
-        Completion::Failed(failure) => bind_identity(sqlx::query(MARK_FAILED), identity)
+        Completion::Failed(failure) => bind_identity(sqlx::query(sql(MARK_FAILED)), identity)
             .bind(version.to_stored())
             .bind(failure.code() as i32)
             .bind(failure.message().to_owned())
@@ -515,7 +438,7 @@ async fn update_owned(
         .execute(&mut *conn)
         .await
         .map_err(store_error(During::Other))?;
-    if done.rows_affected() == 1 {
+    if done.rows_affected() == 1 || ignores("transition changed one row") {
         return Ok(());
     }
     let current = read(conn, identity, During::Other).await?;
@@ -557,7 +480,7 @@ async fn read(
     identity: &GrpcOperationIdentity,
     during: During,
 ) -> Result<Option<(OperationRecord, i64)>, LedgerError> {
-    let row = bind_identity(sqlx::query(SELECT), identity)
+    let row = bind_identity(sqlx::query(sql(SELECT)), identity)
         .fetch_optional(&mut *conn)
         .await
         .map_err(store_error(during))?;

@@ -21,6 +21,10 @@ pub enum Defect {
     /// a taker that read before another's takeover, whose new lease then ran out, is handed the
     /// same version.
     TakeoverFencedOnLeaseOnly,
+    /// A takeover is conditional on the version it read but not on the lease having run out when
+    /// its update runs: a renewal (which keeps the version) committed between the taker's read
+    /// and its update is overridden, and a live owner loses its operation.
+    TakeoverFencedOnVersionOnly,
     /// Claim reads, and inserts when it found nothing; an insert that meets a row (after waiting
     /// for the unit that inserted it to commit) is answered `InFlight`, so a duplicate that waited
     /// never replays.

@@ -53,7 +53,10 @@ mod fixture;
 #[cfg(feature = "containers")]
 pub mod servers;
 
-pub use cases::{CASES, CaseOutcome, Rule, SuiteReport, not_applicable, run_all, run_report};
+pub use cases::{
+    CASES, CaseOutcome, Rule, SuiteReport, first_failure, mutant_verdict, not_applicable, run_all,
+    run_report,
+};
 pub use fixture::{
     Capabilities, ClockSkew, ConnectionKiller, HeldTableLock, LedgerFixture, LedgerStore,
     Migrations, RawRow, SkewedClock, TableLocking, UnitOfWork,

@@ -211,6 +211,18 @@ async fn the_suite_catches_a_purge_outside_the_unit() {
     );
 }
 
+/// A takeover fenced on the version alone overrides a renewal committed after the taker's read:
+/// the survivor of the SQL mutants (`docs/mutants/`) that the race case was written for.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_suite_catches_a_takeover_that_ignores_a_renewal_after_its_read() {
+    let report = caught_for(Defect::TakeoverFencedOnVersionOnly).await;
+    assert_caught_for(
+        &report,
+        "a_renewal_committed_while_a_taker_waits_keeps_the_owner",
+        "one-owner-per-version",
+    );
+}
+
 /// The defect the seed ADR calls load-bearing: the caller left out of the reads' and the
 /// transitions' WHERE clauses while the primary key holds all three parts. Each isolation case
 /// catches it for its own rule, in every situation it sets up.

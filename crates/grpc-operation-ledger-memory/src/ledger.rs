@@ -211,12 +211,15 @@ impl InMemoryOperationLedger {
         if let Lock::TimedOut = self.shared.lock(unit.id, &key).await {
             return Err(in_flight());
         }
+        // The update's condition, judged under the row's lock: still the version read, and its
+        // lease still run out (a renewal keeps the version, so the version alone is not enough).
+        let lapsed =
+            |current: &OperationRecord| current.lease_expires_at <= self.shared.judging_now();
         let still_ours = |current: &OperationRecord| match self.shared.defect {
             Some(Defect::UnfencedTakeover) => true,
-            Some(Defect::TakeoverFencedOnLeaseOnly) => {
-                current.lease_expires_at <= self.shared.judging_now()
-            }
-            _ => current.version == existing.version,
+            Some(Defect::TakeoverFencedOnLeaseOnly) => lapsed(current),
+            Some(Defect::TakeoverFencedOnVersionOnly) => current.version == existing.version,
+            _ => current.version == existing.version && lapsed(current),
         };
         match unit.visible(&self.shared, &key) {
             Some(current) if still_ours(&current) && !current.state().is_terminal() => {

@@ -154,22 +154,17 @@ pub(crate) async fn count_operations<C: ConnectionTrait>(
     retention: Duration,
 ) -> Result<Counted, LedgerError> {
     let backend = db.get_database_backend();
-    let now = supported(backend)?;
-    let template = format!(
-        "SELECT \
-         COUNT(CASE WHEN state = 'IN_PROGRESS' THEN 1 END), \
-         COUNT(CASE WHEN state = 'COMMITTED' THEN 1 END), \
-         COUNT(CASE WHEN state = 'FAILED_TERMINAL' THEN 1 END), \
-         COUNT(CASE WHEN state = 'IN_PROGRESS' AND lease_expires_at <= {now} THEN 1 END), \
-         {now} - MIN(CASE WHEN state = 'IN_PROGRESS' THEN claimed_at END), \
-         COUNT(CASE WHEN state <> 'IN_PROGRESS' AND completed_at < {now} - $1 THEN 1 END) \
-         FROM grpc_operation_ledger"
-    );
-    let sql = crate::sql::in_dialect(backend, &template).unwrap_or(template);
+    let census = &crate::sql::Sql::for_backend(backend)
+        .ok_or_else(|| LedgerError::internal("the ledger runs on PostgreSQL, SQLite and MariaDB"))?
+        .census;
     let retention_ms = i64::try_from(retention.as_millis()).unwrap_or(i64::MAX);
     let row = one_row(
         db,
-        Statement::from_sql_and_values(backend, sql, [retention_ms.into()]),
+        Statement::from_sql_and_values(
+            backend,
+            &census.text,
+            census.values(vec![retention_ms.into()]),
+        ),
     )
     .await?;
     let count =

@@ -16,6 +16,7 @@ use sea_orm::{
 };
 
 use crate::error::{Phase, is_duplicate_key, map_db_err};
+use crate::mutants::ignores;
 use crate::sql::{Sql, Stmt};
 
 /// How long a claim waits behind another unit of work's uncommitted claim of the same identity
@@ -271,6 +272,7 @@ where
         // The one-statement form says which branch the row came from; the plain insert returns
         // a row only when it inserted.
         let inserted = sql.claim_or_read.is_none()
+            || ignores("claim's inserted flag")
             || row
                 .try_get::<bool>("", "inserted")
                 .map_err(|_| LedgerError::internal("a claim returned a row of unknown origin"))?;
@@ -380,7 +382,8 @@ where
         statement: &Stmt,
         values: Vec<Value>,
     ) -> Result<(), LedgerError> {
-        if self.execute(statement, values, Phase::Other).await? == 1 {
+        let changed = self.execute(statement, values, Phase::Other).await?;
+        if changed == 1 || ignores("transition changed one row") {
             return Ok(());
         }
         let current = self.read(identity, Phase::Other).await?;
@@ -444,7 +447,8 @@ where
             let mut values = identity_values(identity);
             values.push(record.version.to_stored().into());
             values.push(lease.as_millis().into());
-            if self.execute(&sql.take_over, values, phase).await? == 1 {
+            let changed = self.execute(&sql.take_over, values, phase).await?;
+            if changed == 1 || ignores("takeover changed one row") {
                 return Ok(ClaimOutcome::Claimed {
                     version: record.version.next(),
                     took_over: true,

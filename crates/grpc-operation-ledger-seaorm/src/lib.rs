@@ -60,6 +60,15 @@ mod error;
 mod lean_row;
 mod ledger;
 mod migration;
+#[cfg(feature = "sql-mutants")]
+pub mod mutants;
+#[cfg(not(feature = "sql-mutants"))]
+mod mutants {
+    /// Without `sql-mutants`, every check of a statement's result holds.
+    pub(crate) fn ignores(_check: &str) -> bool {
+        false
+    }
+}
 mod pooler;
 mod sql;
 mod units;
@@ -76,5 +85,5 @@ pub use error::store_error;
 pub use ledger::{LedgerConnection, SeaOrmOperationLedger};
 pub use migration::{LEDGER_TABLE, LedgerMigrator, MIGRATIONS_TABLE, ledger_migrations, migrate};
 pub use pooler::{Pooler, resolve_pooler};
-pub use sql::{claim_as_sent, in_dialect, statements};
+pub use sql::{claim_as_sent, in_dialect, sent_statements, statements};
 pub use units::{SeaOrmUnitsOfWork, lock_timeout_statement};

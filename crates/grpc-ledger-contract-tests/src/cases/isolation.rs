@@ -32,6 +32,18 @@ impl Pair {
     fn at<'a>(&self, step: &'a str, id: &'a GrpcOperationIdentity) -> At<'a> {
         at(Rule::IdentityHasThreeParts, step, id)
     }
+
+    /// A's resend replays A's committed outcome `a`, and B's replays B's own, committed as
+    /// `b_outcome`.
+    async fn each_replays_its_own(&self, ledger: &dyn GrpcOperationLedger, b_outcome: &str) {
+        let step = "each replays its own outcome";
+        let replay_a = replayed(ledger, &self.a, BODY).await;
+        self.at(step, &self.a)
+            .eq(replay_a.outcome_reference(), Some(&outcome("a")));
+        let replay_b = replayed(ledger, &self.b, BODY).await;
+        self.at(step, &self.b)
+            .eq(replay_b.outcome_reference(), Some(&outcome(b_outcome)));
+    }
 }
 
 /// The base identity under `key` and its neighbour that differs from it in `part` alone.
@@ -205,13 +217,7 @@ pub async fn neighbours_of_a_live_claim_are_not_held_by_it<F: LedgerFixture>(fix
             b_done,
             at(Rule::TransitionRecords, "B commits its own claim", b),
         );
-        let step = "each replays its own outcome";
-        let replay_a = replayed(&*ledger, a, BODY).await;
-        pair.at(step, a)
-            .eq(replay_a.outcome_reference(), Some(&outcome("a")));
-        let replay_b = replayed(&*ledger, b, BODY).await;
-        pair.at(step, b)
-            .eq(replay_b.outcome_reference(), Some(&outcome("b")));
+        pair.each_replays_its_own(&*ledger, "b").await;
     }
 }
 
@@ -275,13 +281,7 @@ pub async fn neighbours_of_an_expired_claim_do_not_take_it_over<F: LedgerFixture
         expect_ok(b_done, pair.at("B's owner commits its own claim", b));
         let a_done = ledger.mark_committed(a, taken, &outcome("a")).await;
         expect_ok(a_done, pair.at("A's new owner commits", a));
-        let step = "each replays its own outcome";
-        let replay_a = replayed(&*ledger, a, BODY).await;
-        pair.at(step, a)
-            .eq(replay_a.outcome_reference(), Some(&outcome("a")));
-        let replay_b = replayed(&*ledger, b, BODY).await;
-        pair.at(step, b)
-            .eq(replay_b.outcome_reference(), Some(&outcome("b")));
+        pair.each_replays_its_own(&*ledger, "b").await;
     }
 }
 

@@ -339,11 +339,12 @@ pub fn not_applicable<F: LedgerFixture>(case: &str, fixture: &F) -> Option<&'sta
             Some(clock::NO_HOOK)
         }
         "a_neighbours_uncommitted_claim_does_not_hold_a_claim_back"
+        | "a_renewal_committed_while_a_taker_waits_keeps_the_owner"
             if !fixture.capabilities().concurrent_writers =>
         {
             Some(
-                "the store has one writer at a time: a second unit's claim waits for the write \
-                 lock whatever identity it claims",
+                "the store has one writer at a time: a second writer waits for the write lock \
+                 before it reads anything",
             )
         }
         _ => None,
@@ -431,6 +432,25 @@ macro_rules! suite {
             SuiteReport { cases }
         }
 
+        /// Runs the cases that apply in order and stops at the first that fails, returning its
+        /// name and message; `None` when every case that applies passed. For mutation testing
+        /// (`cargo xtask mutants`): a mutant of an adapter is killed by the first case that sees
+        /// it, and only a survivor costs a whole run.
+        pub async fn first_failure<F: LedgerFixture + 'static>(
+            fixture: Arc<F>,
+        ) -> Option<(&'static str, String)> {
+            $(
+                let outcome = run_case(stringify!($case), Arc::clone(&fixture), |f| async move {
+                    $case(&*f).await
+                })
+                .await;
+                if let CaseOutcome::Failed(why) = outcome {
+                    return Some((stringify!($case), why));
+                }
+            )*
+            None
+        }
+
         /// Generates one named `#[tokio::test]` per case. `$fixture` is an expression (not a
         /// future) evaluated once per test, whose value is the [`LedgerFixture`]. Each test runs
         /// its case on a task of its own, bounded by [`CASE_TIMEOUT`](crate::cases::CASE_TIMEOUT),
@@ -471,6 +491,19 @@ fn panic_message(error: tokio::task::JoinError) -> String {
     }
 }
 
+/// For a mutation run's harness (`cargo xtask mutants`): runs the suite until the first case
+/// fails ([`first_failure`]) and answers the verdict line the runner reads,
+/// `mutant: killed\t<case>\t<the failure's first lines>` or `mutant: survived`.
+pub async fn mutant_verdict<F: LedgerFixture + 'static>(fixture: Arc<F>) -> String {
+    match first_failure(fixture).await {
+        Some((case, why)) => {
+            let first = why.lines().take(3).collect::<Vec<_>>().join(" / ");
+            format!("mutant: killed\t{case}\t{first}")
+        }
+        None => "mutant: survived".to_owned(),
+    }
+}
+
 /// Runs the whole suite and panics listing every case that failed; lists the cases the store
 /// could not run.
 pub async fn run_all<F: LedgerFixture + 'static>(fixture: Arc<F>) {
@@ -507,6 +540,7 @@ suite!(
     renewed_lease_keeps_its_owner_and_version,
     renewal_of_a_lost_claim_is_refused,
     renewal_to_the_shortest_lease_releases_the_claim,
+    a_renewal_committed_while_a_taker_waits_keeps_the_owner,
     racing_takeovers_of_an_expired_claim_have_one_winner,
     claims_under_contention_never_answer_internal,
     contended_claims_never_hand_a_version_twice,

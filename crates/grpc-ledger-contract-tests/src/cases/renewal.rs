@@ -250,3 +250,60 @@ async fn release_in_a_unit<S: LedgerStore>(
     };
     expect_ok(ended, at_unit);
 }
+
+/// Rule [`Rule::OneOwnerPerVersion`]: a takeover's UPDATE is conditional on the lease having run
+/// out by the store's clock *when it runs*, not only when the taker read the row. A renewal keeps
+/// the version, so a taker that read a lapsed lease, then waited behind the owner's uncommitted
+/// renewal of it, must not take the operation over once that renewal commits: it answers
+/// `InProgress` (or, past its wait bound, `InFlight` or a retryable error), and the owner still
+/// finishes at its version. On a multi-primary cluster the taker may commit first, and the
+/// owner's renewal then fails to commit; that order is allowed. Not applicable to a store with one
+/// writer at a time (the taker cannot read while the renewal holds the write lock).
+pub async fn a_renewal_committed_while_a_taker_waits_keeps_the_owner<F: LedgerFixture>(
+    fixture: &F,
+) {
+    let store = fixture.fresh_store().await;
+    let rule = Rule::OneOwnerPerVersion;
+    let id = identity("tenant-a", CREATE, "renewed-under-a-taker");
+    let version = claim_new(&*store.autocommit(), &id, 200).await;
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let unit = expect_ok(store.begin().await, at(rule, "begin the owner's unit", &id));
+    let renewed = unit.ledger().renew_lease(&id, version, lease(LONG)).await;
+    expect_ok(
+        renewed,
+        at(rule, "the owner renews its lapsed lease in a unit", &id),
+    );
+    // The taker reads the lapsed lease at once, then its takeover waits behind the renewal's row
+    // lock until the owner commits.
+    let taker = store.autocommit();
+    let body = request("x");
+    let taken = taker.claim(&id, &body, lease(LONG));
+    let committed = async {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        unit.commit().await
+    };
+    let (taken, committed) = tokio::join!(taken, committed);
+    match committed {
+        Ok(()) => {
+            let step = "a taker that read the lapsed lease, once the owner's renewal committed";
+            at(rule, step, &id).check(
+                !matches!(taken, Ok(ClaimOutcome::Claimed { .. })),
+                "InProgress (the renewed lease is live), InFlight or a retryable error: never a \
+                 takeover of a live lease",
+                &taken,
+            );
+            let finished = store
+                .autocommit()
+                .mark_committed(&id, version, &outcome("p"))
+                .await;
+            expect_ok(
+                finished,
+                at(rule, "the owner commits at its version after the race", &id),
+            );
+        }
+        Err(LedgerError::Unavailable {
+            kind: UnavailableKind::SerializationFailure,
+        }) if fixture.capabilities().multi_primary => {}
+        Err(error) => at(rule, "commit the owner's renewal", &id).fail("Ok(())", error),
+    }
+}

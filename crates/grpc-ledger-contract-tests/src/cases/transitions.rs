@@ -114,6 +114,7 @@ pub async fn expired_lease_is_taken_over_and_old_owner_fenced<F: LedgerFixture>(
     let ledger = store.autocommit();
     let id = identity("tenant-a", CREATE, "lease");
     let first = claim_new(&*ledger, &id, 150).await;
+    let first_claim = stored(&store, &id).await;
     let live = ledger.claim(&id, &request("x"), lease(150)).await;
     at(Rule::LiveLeaseIsInProgress, "claim again within the first owner's 150 ms lease", &id)
         .check(
@@ -134,6 +135,27 @@ pub async fn expired_lease_is_taken_over_and_old_owner_fenced<F: LedgerFixture>(
             version: first.next(),
             took_over: true,
         }),
+    );
+    // The new owner's claim is its own: claimed when it took over, its lease counted from then.
+    let taken = stored(&store, &id).await;
+    let step = "read the row the takeover wrote";
+    at(Rule::ExpiredLeaseTakenOver, step, &id).check(
+        taken
+            .claimed_at
+            .duration_since(first_claim.claimed_at)
+            .is_ok_and(|later| later >= Duration::from_millis(250)),
+        "a claim time of the takeover's, at least the 300 ms waited after the first claim's",
+        (first_claim.claimed_at, taken.claimed_at),
+    );
+    at(Rule::ExpiredLeaseTakenOver, step, &id).check(
+        taken
+            .lease_expires_at
+            .duration_since(taken.claimed_at)
+            .is_ok_and(|lease| {
+                lease.abs_diff(Duration::from_millis(LONG)) < Duration::from_secs(1)
+            }),
+        "a lease of the takeover's 60 s from its claim time",
+        (taken.claimed_at, taken.lease_expires_at),
     );
     at(
         Rule::ExpiredLeaseTakenOver,

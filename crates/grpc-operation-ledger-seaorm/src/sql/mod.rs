@@ -185,6 +185,17 @@ const MYSQL_PURGE: &str = "DELETE FROM grpc_operation_ledger \
     WHERE claimed_at < {now} - $1 AND completed_at < {now} - $1 \
     AND state <> 'IN_PROGRESS' LIMIT $2";
 
+/// The census: every count the port's `census` and `grpc-ledger stats` read, in one aggregate
+/// scan by the store's clock. `$1` the retention in ms.
+const CENSUS: &str = "SELECT \
+    COUNT(CASE WHEN state = 'IN_PROGRESS' THEN 1 END), \
+    COUNT(CASE WHEN state = 'COMMITTED' THEN 1 END), \
+    COUNT(CASE WHEN state = 'FAILED_TERMINAL' THEN 1 END), \
+    COUNT(CASE WHEN state = 'IN_PROGRESS' AND lease_expires_at <= {now} THEN 1 END), \
+    {now} - MIN(CASE WHEN state = 'IN_PROGRESS' THEN claimed_at END), \
+    COUNT(CASE WHEN state <> 'IN_PROGRESS' AND completed_at < {now} - $1 THEN 1 END) \
+    FROM grpc_operation_ledger";
+
 const POSTGRES_NOW: &str = "(EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::BIGINT";
 const SQLITE_NOW: &str = "CAST(unixepoch('subsec') * 1000 AS INTEGER)";
 /// MariaDB's clock in UTC milliseconds, by arithmetic on UTC_TIMESTAMP: `UNIX_TIMESTAMP(NOW())`
@@ -207,6 +218,9 @@ pub(crate) fn now_expression(backend: DbBackend) -> Option<&'static str> {
 /// One statement in a store's dialect.
 #[derive(Debug)]
 pub(crate) struct Stmt {
+    /// The template it was rendered from, with the store's clock in place of `{now}` and `$N`
+    /// placeholders (what a mutation of the statement changes, whatever the dialect binds).
+    pub(crate) template: String,
     /// The SQL text.
     pub(crate) text: String,
     /// For positional `?` placeholders: the template parameter (1-based) each one stands for.
@@ -241,6 +255,10 @@ pub(crate) struct Sql {
     pub(crate) purge: Stmt,
     /// The write-once record of a finished operation.
     pub(crate) record_insert: Stmt,
+    /// The census's one aggregate read.
+    pub(crate) census: Stmt,
+    /// How the dialect writes placeholders.
+    placeholders: Placeholders,
 }
 
 /// How a dialect writes placeholders.
@@ -258,6 +276,68 @@ impl Sql {
     /// The claim the adapter sends: the one-round-trip form where the dialect has one.
     pub(crate) fn claim_as_sent(&self) -> &Stmt {
         self.claim_or_read.as_ref().unwrap_or(&self.claim_insert)
+    }
+
+    /// Every statement the port sends in this dialect, by a stable name.
+    fn sent(&self) -> [(&'static str, &Stmt); 10] {
+        [
+            ("claim", self.claim_as_sent()),
+            ("read", &self.select_record),
+            (
+                "read with the store's clock",
+                &self.select_record_with_clock,
+            ),
+            ("take over", &self.take_over),
+            ("mark committed", &self.mark_committed),
+            ("mark failed", &self.mark_failed),
+            ("renew lease", &self.renew_lease),
+            ("purge", &self.purge),
+            ("record finished (write-once)", &self.record_insert),
+            ("census", &self.census),
+        ]
+    }
+
+    /// The statement sent under `name` (see [`sent_statements`]), to replace.
+    #[cfg_attr(not(feature = "sql-mutants"), allow(dead_code))]
+    fn sent_mut(&mut self, name: &str) -> Option<&mut Stmt> {
+        Some(match name {
+            "claim" => match &mut self.claim_or_read {
+                Some(one_round_trip) => one_round_trip,
+                None => &mut self.claim_insert,
+            },
+            "read" => &mut self.select_record,
+            "read with the store's clock" => &mut self.select_record_with_clock,
+            "take over" => &mut self.take_over,
+            "mark committed" => &mut self.mark_committed,
+            "mark failed" => &mut self.mark_failed,
+            "renew lease" => &mut self.renew_lease,
+            "purge" => &mut self.purge,
+            "record finished (write-once)" => &mut self.record_insert,
+            "census" => &mut self.census,
+            _ => return None,
+        })
+    }
+
+    /// Replaces the statement sent under `name` with `template` (`$N` placeholders, the store's
+    /// clock written out), rendered in this dialect; false for an unknown name.
+    #[cfg_attr(not(feature = "sql-mutants"), allow(dead_code))]
+    pub(crate) fn replace(&mut self, name: &str, template: &str) -> bool {
+        let placeholders = self.placeholders;
+        match self.sent_mut(name) {
+            Some(stmt) => {
+                *stmt = render(template, placeholders);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The statements, with a mutant's replacement when a `sql-mutants` build is told of one.
+    #[cfg_attr(not(feature = "sql-mutants"), allow(unused_variables, unused_mut))]
+    fn finished(mut self, backend: DbBackend) -> Self {
+        #[cfg(feature = "sql-mutants")]
+        crate::mutants::apply(backend, &mut self);
+        self
     }
 
     /// The statements for `backend`, or `None` for a store the ledger does not support.
@@ -285,7 +365,7 @@ impl Sql {
                     &POSTGRES_CLAIM_OR_READ.replace("{now}", POSTGRES_NOW),
                     Placeholders::Dollar,
                 ));
-                sql
+                sql.finished(backend)
             })),
             DbBackend::Sqlite => Some(SQLITE.get_or_init(|| {
                 Self::build(
@@ -300,6 +380,7 @@ impl Sql {
                             .as_str(),
                     ],
                 )
+                .finished(backend)
             })),
             DbBackend::MySql => Some(MYSQL.get_or_init(|| {
                 Self::build(
@@ -315,6 +396,7 @@ impl Sql {
                             .as_str(),
                     ],
                 )
+                .finished(backend)
             })),
             _ => None,
         }
@@ -335,6 +417,8 @@ impl Sql {
             renew_lease: render(RENEW_LEASE),
             purge: render(purge),
             record_insert: render(record),
+            census: render(CENSUS),
+            placeholders,
         }
     }
 }
@@ -357,10 +441,12 @@ pub fn in_dialect(backend: DbBackend, template: &str) -> Option<String> {
 fn render(template: &str, style: Placeholders) -> Stmt {
     match style {
         Placeholders::Dollar => Stmt {
+            template: template.to_owned(),
             text: template.to_owned(),
             order: None,
         },
         Placeholders::QuestionNumbered => Stmt {
+            template: template.to_owned(),
             text: template.replace('$', "?"),
             order: None,
         },
@@ -382,6 +468,7 @@ fn render(template: &str, style: Placeholders) -> Stmt {
             }
             text.push_str(rest);
             Stmt {
+                template: template.to_owned(),
                 text,
                 order: Some(order),
             }
@@ -423,136 +510,20 @@ pub fn statements(backend: DbBackend) -> Option<[(&'static str, &'static str); 9
     ])
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn an_applications_statement_in_each_dialect() {
-        let template = "INSERT INTO t (a, b) VALUES ($1, $2) RETURNING a";
-        assert_eq!(in_dialect(DbBackend::Postgres, template).unwrap(), template);
-        assert_eq!(
-            in_dialect(DbBackend::Sqlite, template).unwrap(),
-            "INSERT INTO t (a, b) VALUES (?1, ?2) RETURNING a"
-        );
-        assert_eq!(
-            in_dialect(DbBackend::MySql, template).unwrap(),
-            "INSERT INTO t (a, b) VALUES (?, ?) RETURNING a"
-        );
-    }
-
-    /// The statement texts of a dialect, for assertions.
-    struct Texts {
-        claim_insert: String,
-        select_record: String,
-        select_record_with_clock: String,
-        take_over: String,
-        mark_committed: String,
-        mark_failed: String,
-        renew_lease: String,
-        purge: String,
-    }
-
-    impl Texts {
-        fn of(sql: &Sql) -> Self {
-            Self {
-                claim_insert: sql.claim_insert.text.clone(),
-                select_record: sql.select_record.text.clone(),
-                select_record_with_clock: sql.select_record_with_clock.text.clone(),
-                take_over: sql.take_over.text.clone(),
-                mark_committed: sql.mark_committed.text.clone(),
-                mark_failed: sql.mark_failed.text.clone(),
-                renew_lease: sql.renew_lease.text.clone(),
-                purge: sql.purge.text.clone(),
-            }
-        }
-    }
-
-    #[test]
-    fn claim_only_inserts_and_every_statement_is_parameterised() {
-        for backend in [DbBackend::Postgres, DbBackend::Sqlite] {
-            let sql = Sql::for_backend(backend).expect("supported");
-            let sql = Texts::of(sql);
-            assert!(
-                sql.claim_insert
-                    .starts_with("INSERT INTO grpc_operation_ledger")
-            );
-            assert!(sql.claim_insert.ends_with("DO NOTHING RETURNING version"));
-            assert!(sql.claim_insert.contains(&format!(
-                "clock.now * {} + ",
-                1u64 << grpc_core_api::Version::CLAIM_TIME_SHIFT
-            )));
-            assert!(!sql.claim_insert.contains("UPDATE"), "{}", sql.claim_insert);
-            assert!(!sql.claim_insert.contains("DO UPDATE"));
-            for statement in [
-                &sql.claim_insert,
-                &sql.select_record,
-                &sql.select_record_with_clock,
-                &sql.take_over,
-                &sql.mark_committed,
-                &sql.mark_failed,
-                &sql.renew_lease,
-                &sql.purge,
-            ] {
-                assert!(!statement.contains("{now}"), "{statement}");
-                assert!(!statement.contains("{wait_bound}"), "{statement}");
-                assert!(!statement.contains('\''.to_string().repeat(2).as_str()));
-            }
-            for transition in [&sql.take_over, &sql.mark_committed, &sql.mark_failed] {
-                assert!(transition.contains("AND state = 'IN_PROGRESS' AND version = "));
-                assert!(transition.contains("version = version + 1"));
-            }
-            assert!(
-                sql.renew_lease
-                    .contains("AND state = 'IN_PROGRESS' AND version = ")
-            );
-            assert!(
-                !sql.renew_lease.contains("SET version")
-                    && !sql.renew_lease.contains("claimed_at ="),
-                "a renewal changes the lease alone: {}",
-                sql.renew_lease
-            );
-        }
-        let claim = |backend| &Sql::for_backend(backend).unwrap().claim_insert.text;
-        assert!(claim(DbBackend::Sqlite).contains("?5"));
-        assert!(!claim(DbBackend::Sqlite).contains('$'));
-        assert!(claim(DbBackend::Postgres).contains("$5"));
-    }
-
-    /// MariaDB binds positionally: every placeholder is a bare `?`, and the values follow the
-    /// template's parameter order, repeats included.
-    #[test]
-    fn mariadb_statements_bind_in_placeholder_order() {
-        let sql = Sql::for_backend(DbBackend::MySql).expect("supported");
-        assert!(
-            sql.claim_insert
-                .text
-                .starts_with("INSERT INTO grpc_operation_ledger")
-        );
-        assert!(!sql.claim_insert.text.contains("IGNORE"));
-        assert!(!sql.claim_insert.text.contains("UPDATE"));
-        for stmt in [
-            &sql.claim_insert,
-            &sql.select_record,
-            &sql.select_record_with_clock,
-            &sql.take_over,
-            &sql.purge,
-        ] {
-            assert!(
-                !stmt.text.contains('$') && !stmt.text.contains("?1"),
-                "{}",
-                stmt.text
-            );
-        }
-        let values = |n: i64| (1..=n).map(sea_orm::Value::from).collect::<Vec<_>>();
-        assert_eq!(
-            sql.claim_insert.values(values(7)),
-            [1i64, 2, 3, 4, 5, 7, 6].map(sea_orm::Value::from).to_vec()
-        );
-        assert_eq!(
-            sql.purge.values(values(2)),
-            [1i64, 1, 2].map(sea_orm::Value::from).to_vec()
-        );
-        assert!(Sql::for_backend(DbBackend::Postgres).is_some());
-    }
+/// Every statement the ledger port sends on `backend`, by a stable name, as its template: `$N`
+/// placeholders (SQLite's `?N` and MariaDB's positional `?` are rendered from them) with the
+/// store's clock written out. What a reviewer reads, what the mutation report's digests cover
+/// (`docs/mutants/`), and the names a `sql-mutants` build replaces. `None` for a store the ledger
+/// does not support.
+pub fn sent_statements(backend: DbBackend) -> Option<Vec<(&'static str, &'static str)>> {
+    let sql = Sql::for_backend(backend)?;
+    Some(
+        sql.sent()
+            .into_iter()
+            .map(|(name, stmt)| (name, stmt.template.as_str()))
+            .collect(),
+    )
 }
+
+#[cfg(test)]
+mod tests;
