@@ -59,6 +59,10 @@ pub enum Defect {
     /// The reads and transitions leave the method out of their WHERE clause: a key reused across
     /// two methods reaches the other method's row.
     MethodBlindReads,
+    /// The claim serialises on a lock of the key hash alone (an advisory lock taken on it, say),
+    /// held until the unit ends: a neighbour under another caller or method waits behind another
+    /// tenant's uncommitted claim and is refused as in flight.
+    ClaimLocksTheKeyAlone,
     /// Rows are written with the store's clock, but leases, takeovers, renewals, look-ups, the
     /// census and purge's cutoff are judged by the process's clock (`SystemTime::now()` bound as
     /// a parameter), which agrees with the store's only when both run on one host.

@@ -245,6 +245,18 @@ async fn the_suite_catches_reads_and_transitions_blind_to_the_method() {
     assert_blind_to(&report, "Refund");
 }
 
+/// A claim that locks the key hash alone makes one tenant wait behind another's uncommitted
+/// claim of the same key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_suite_catches_a_claim_that_locks_the_key_alone() {
+    let report = caught_for(Defect::ClaimLocksTheKeyAlone).await;
+    assert_caught_for(
+        &report,
+        "a_neighbours_uncommitted_claim_does_not_hold_a_claim_back",
+        "identity-has-three-parts",
+    );
+}
+
 /// The isolation cases that a read or a transition blind to one part must fail (the uncommitted
 /// neighbour's case is about waits, which a blind read does not change in the double).
 const ISOLATION_CASES: [&str; 4] = [

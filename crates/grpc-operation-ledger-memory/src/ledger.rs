@@ -114,6 +114,14 @@ impl InMemoryOperationLedger {
             }
         };
         match self.shared.defect {
+            // A lock on the key hash alone (as an advisory lock on it would be), held until the
+            // unit ends: a neighbour under another caller or method waits behind it.
+            Some(Defect::ClaimLocksTheKeyAlone) => {
+                let key_alone = format!("key-lock|{}", identity.key_hash().to_hex());
+                if let Lock::TimedOut = self.shared.lock(unit.id, &key_alone).await {
+                    return Err(in_flight());
+                }
+            }
             Some(Defect::InFlightOnUniqueViolation)
                 if unit.visible(&self.shared, &key).is_none() =>
             {
