@@ -111,6 +111,7 @@ fn operate(store: &str, url: &str) {
     let stats = json(&grpc_ledger(url, &["stats", "--json"], ""));
     assert_eq!(stats["in_progress"], 2, "{stats}");
     assert_eq!(stats["committed"], 3, "{stats}");
+    assert_eq!(stats["failed_terminal"], 0, "{stats}");
     assert_eq!(stats["expired_leases"], 1, "{stats}");
     assert!(
         stats["oldest_in_progress_seconds"].as_f64().unwrap() > 0.0,

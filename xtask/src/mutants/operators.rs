@@ -118,6 +118,17 @@ pub(crate) fn mutants(template: &str, limit_takes_expressions: bool) -> Vec<Muta
     }
     let mut seen = std::collections::HashSet::new();
     mutants.retain(|mutant| seen.insert(mutant.template.clone()));
+    // The same change in two places (a condition repeated in two `CASE WHEN`s) is two mutants:
+    // the second and later are numbered, so that the report and the equivalence file can tell
+    // them apart.
+    let mut counts = std::collections::HashMap::new();
+    for mutant in &mut mutants {
+        let count = counts.entry(mutant.label.clone()).or_insert(0);
+        *count += 1;
+        if *count > 1 {
+            mutant.label = format!("{} (occurrence {count})", mutant.label);
+        }
+    }
     mutants
 }
 
@@ -344,6 +355,21 @@ mod tests {
             mutants(insert, true)[0].template,
             "INSERT INTO t (a) SELECT $1 FROM (SELECT 1 AS now) AS clock WHERE true RETURNING \
              version"
+        );
+    }
+
+    #[test]
+    fn the_same_change_in_two_places_is_numbered() {
+        let select = "SELECT COUNT(CASE WHEN s = 1 THEN 1 END), COUNT(CASE WHEN s = 1 AND l < 2 \
+                      THEN 1 END) FROM t";
+        let all = labels(select);
+        assert!(
+            all.contains(&"condition dropped: s = 1".to_owned()),
+            "{all:?}"
+        );
+        assert!(
+            all.contains(&"condition dropped: s = 1 (occurrence 2)".to_owned()),
+            "{all:?}"
         );
     }
 
