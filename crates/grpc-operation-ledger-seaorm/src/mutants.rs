@@ -5,8 +5,6 @@
 
 use sea_orm::DbBackend;
 
-use crate::sql::Sql;
-
 /// The file holding one statement's mutant: a first line `<store>\t<statement name>` (the store
 /// as `postgres`, `sqlite` or `mysql`; the name as `sent_statements` gives it), then the
 /// mutant's template (`$N` placeholders, the store's clock written out).
@@ -31,11 +29,10 @@ fn store_name(backend: DbBackend) -> &'static str {
     }
 }
 
-/// Replaces the statement the mutant file names, when it is for `backend`'s statements.
-pub(crate) fn apply(backend: DbBackend, sql: &mut Sql) {
-    let Ok(path) = std::env::var(STATEMENT_VARIABLE) else {
-        return;
-    };
+/// The statement the mutant file names for `backend`'s statements, and its replacement
+/// template: `None` when no mutant is asked for, or it is for another store.
+pub(crate) fn requested(backend: DbBackend) -> Option<(String, String)> {
+    let path = std::env::var(STATEMENT_VARIABLE).ok()?;
     let text = std::fs::read_to_string(&path)
         .unwrap_or_else(|error| panic!("reading the mutant at {path}: {error}"));
     let (header, template) = text
@@ -44,12 +41,7 @@ pub(crate) fn apply(backend: DbBackend, sql: &mut Sql) {
     let (store, name) = header
         .split_once('\t')
         .unwrap_or_else(|| panic!("the mutant's header is not `<store>\\t<statement>`: {header}"));
-    if store == store_name(backend) {
-        assert!(
-            sql.replace(name, template),
-            "the mutant names no statement the adapter sends: {name}"
-        );
-    }
+    (store == store_name(backend)).then(|| (name.to_owned(), template.to_owned()))
 }
 
 /// Whether this process ignores `check` (a mutant of the adapter's use of a statement's result).

@@ -336,7 +336,12 @@ impl Sql {
     #[cfg_attr(not(feature = "sql-mutants"), allow(unused_variables, unused_mut))]
     fn finished(mut self, backend: DbBackend) -> Self {
         #[cfg(feature = "sql-mutants")]
-        crate::mutants::apply(backend, &mut self);
+        if let Some((name, template)) = crate::mutants::requested(backend) {
+            assert!(
+                self.replace(&name, &template),
+                "the mutant names no statement the adapter sends: {name}"
+            );
+        }
         self
     }
 
