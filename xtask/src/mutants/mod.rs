@@ -175,13 +175,26 @@ pub(crate) fn sql(stores: &[SqlStore], only: Option<&str>, interrupted: &AtomicB
     })?;
     drop(database);
     drop(maria);
+    // A partial run updates what it ran in the results of earlier runs: a statement run again
+    // replaces its mutants (`--only`), a store run again replaces the store.
     let results = work.join("results.json");
-    std::fs::write(&results, report::to_json(&all))?;
-    write_report(
-        all,
-        only.is_none() && stores.len() == SqlStore::ALL.len(),
-        &work,
-    )
+    let mut merged = match std::fs::read_to_string(&results) {
+        Ok(text) => report::from_json(&text)?,
+        Err(_) => Vec::new(),
+    };
+    for fresh in all {
+        match merged.iter_mut().find(|old| old.store == fresh.store) {
+            Some(old) if only.is_some() => {
+                old.runs.retain(|run| Some(run.statement.as_str()) != only);
+                old.runs.extend(fresh.runs);
+                old.seconds += fresh.seconds;
+            }
+            Some(old) => *old = fresh,
+            None => merged.push(fresh),
+        }
+    }
+    std::fs::write(&results, report::to_json(&merged))?;
+    report_again()
 }
 
 /// Renders the last run's results again (`target/mutants/results.json`) with the equivalence

@@ -205,13 +205,16 @@ pub(crate) fn from_json(text: &str) -> Result<Vec<StoreRuns>> {
 /// The report in Markdown.
 pub(crate) fn render(all: &[StoreRuns]) -> String {
     let mut out = String::from(
-        "# SQL mutants of the SeaORM adapter\n\n\
-         Written by `cargo xtask mutants sql` (do not edit by hand): every statement the adapter \
-         sends on each store, mutated one change at a time (a condition dropped, a comparison \
-         flipped, an assignment dropped, a conflict clause dropped, a limit off by one), and each \
-         check of a statement's result the adapter relies on ignored; the contract suite run \
-         against each mutant on the real store until its first failing case. A survivor is \
-         either explained in `sql-equivalent.md` (reviewed like code) or a hole in the suite.\n\n\
+        "# SQL mutants of the ledger adapters\n\n\
+         Written by `cargo xtask mutants sql` (do not edit by hand): every statement each \
+         adapter sends (the SeaORM adapter on PostgreSQL, SQLite and MariaDB; the sqlx example \
+         on PostgreSQL), mutated one change at a time (a condition dropped, a comparison \
+         flipped, an assignment dropped, a conflict clause dropped, a limit off by one), and \
+         each check of a statement's result the adapter relies on ignored; the contract suite \
+         run against each mutant on the real store until its first failing case. A survivor is \
+         either explained in `sql-equivalent.md` (reviewed like code) or a hole in the suite. \
+         The run column is each store's wall time; the stores run side by side. Mutants of the \
+         Rust code (cargo-mutants) are not part of this report.\n\n\
          ## Summary\n\n\
          | store | mutants | killed | equivalent | survived unexplained | run |\n\
          |---|---|---|---|---|---|\n",

@@ -83,11 +83,19 @@ pub async fn claim_after_failure_replays_the_failure<F: LedgerFixture>(fixture: 
         .with_details(&details)
         .expect("details within the bound");
     let failed = ledger.mark_failed(&id, version, &recorded).await;
-    expect_ok(
+    let failed = expect_ok(
         failed,
         at(Rule::TransitionRecords, "record the failure", &id),
     );
+    at(Rule::TransitionRecords, "record the failure", &id).eq(failed, version.next());
     let record = replayed(&*ledger, &id, "x").await;
+    // The version the transition answered is the one it stored.
+    at(
+        Rule::TransitionRecords,
+        "claim the failed identity again",
+        &id,
+    )
+    .eq(record.version, failed);
     let step = "claim the failed identity again";
     at(Rule::ClaimReplays, step, &id).eq(record.state(), OperationState::FailedTerminal);
     at(Rule::ClaimReplays, step, &id).eq(record.failure(), Some(&recorded));
