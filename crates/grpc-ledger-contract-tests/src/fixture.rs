@@ -242,8 +242,11 @@ impl ClockSkew {
     }
 
     /// The statements that give a fresh PostgreSQL database `database` this clock, for a
-    /// [`SkewedClock`] hook: run the first on a connection to that database, the second on any,
-    /// both before the store's pools connect (a session reads `search_path` when it starts).
+    /// [`SkewedClock`] hook, in the order to run them: the first (the database's search path) on
+    /// a connection to *another* database, then the second (the functions) on a connection to
+    /// `database`, both before the store's pools connect. A session takes its search path's
+    /// default when it starts, and a pooler in session mode (PgBouncer) may hand the set-up
+    /// session to the store later, so no session of `database` may start before the first.
     /// They put `clock_timestamp()`, `now()`, `statement_timestamp()` and
     /// `transaction_timestamp()` of schema `public`, each `pg_catalog`'s shifted by the skew,
     /// before `pg_catalog` on the database's search path. `CURRENT_TIMESTAMP` and `LOCALTIMESTAMP`
@@ -265,8 +268,8 @@ impl ClockSkew {
         })
         .join(" ");
         [
-            functions,
             format!("ALTER DATABASE {database} SET search_path = public, pg_catalog"),
+            functions,
         ]
     }
 }

@@ -141,18 +141,24 @@ async fn create_database(admin_url: &str, variable: &str, name: &str) {
 }
 
 /// Gives the fresh PostgreSQL database `name` the clock `skew` says, before any pool connects to
-/// it (see [`ClockSkew::postgres_statements`]).
+/// it (see [`ClockSkew::postgres_statements`]): its search path from the server's admin
+/// connection first, so that no session of `name` (which a pooler may keep) starts without it.
 async fn skew_postgres_clock(admin_url: &str, name: &str, skew: ClockSkew) {
-    let [functions, search_path] = skew.postgres_statements(name);
+    let [search_path, functions] = skew.postgres_statements(name);
+    let admin = Database::connect(admin_url)
+        .await
+        .expect("connect to the server");
+    admin
+        .execute_unprepared(&search_path)
+        .await
+        .expect("put the skewed clock on the search path");
+    admin.close().await.expect("close the admin connection");
     let db = Database::connect(with_database(admin_url, name))
         .await
         .expect("connect to the fresh database");
     db.execute_unprepared(&functions)
         .await
         .expect("create the skewed clock's functions");
-    db.execute_unprepared(&search_path)
-        .await
-        .expect("put the skewed clock on the search path");
     db.close().await.expect("close the set-up connection");
 }
 
