@@ -13,7 +13,9 @@ pub mod pb {
     include!(concat!(env!("OUT_DIR"), "/payments.v1.rs"));
 }
 
+mod access;
 mod client;
+mod dialect;
 mod postings;
 mod server;
 mod store;
@@ -21,13 +23,14 @@ mod store;
 pub use client::{
     Client, LayeredClient, channel_config, layered_client, resolve, retry_settings, with_token,
 };
+pub use dialect::statement;
 pub use postings::{
     Downstream, PAYMENTS_SERVICE_TOKEN, POSTINGS_LABEL, PostingsService, UnitFailures,
     post_entry_method, prepare_postings_database, serve_postings,
 };
 pub use server::{
     Faults, PaymentsService, authenticate, create_payment_method, insert_payment, load_payment,
-    prepare_database, statement,
+    prepare_database,
 };
 pub use store::{Store, key_hasher, open_ledger_store, open_store, serve, serve_mtls, service};
 

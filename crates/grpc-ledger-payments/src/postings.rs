@@ -25,10 +25,11 @@ use tonic::metadata::AsciiMetadataValue;
 use tonic::transport::Channel;
 use tonic::{Code, Request, Response, Status};
 
+use crate::access::bearer_token;
+use crate::dialect::statement;
 use crate::pb::postings_client::PostingsClient;
 use crate::pb::postings_server::{Postings, PostingsServer};
 use crate::pb::{PostEntryRequest, Posting};
-use crate::server::{bearer_token, statement};
 use crate::{DESCRIPTOR_SET, POSTINGS_SERVICE_CONFIG};
 
 /// The token the payments service authenticates to the postings service with (its principal

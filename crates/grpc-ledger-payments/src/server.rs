@@ -9,13 +9,15 @@ use grpc_core_api::{GrpcMethod, LedgerUnitsOfWork, OutcomeReference};
 use grpc_operation_ledger_seaorm::SeaOrmUnitsOfWork;
 use grpc_policy::{RandomSource, SplitMix64};
 use grpc_tonic::{
-    AuthenticatedPrincipal, CallerExtractor, Committed, HandlerError, KeyedMutationGuard, Resolved,
-    RetentionConfig, RetentionWorker,
+    CallerExtractor, Committed, HandlerError, KeyedMutationGuard, Resolved, RetentionConfig,
+    RetentionWorker,
 };
-use sea_orm::{ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbErr, Statement};
+use sea_orm::{ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbErr};
 use tonic::{Request, Response, Status};
 
 use crate::DEMO_TOKEN;
+use crate::access::bearer_token;
+use crate::dialect::statement;
 use crate::pb::payments_server::Payments;
 use crate::pb::resolve_payment_response::State;
 use crate::pb::{CreatePaymentRequest, Payment, ResolvePaymentRequest, ResolvePaymentResponse};
@@ -40,15 +42,6 @@ pub async fn prepare_database(db: &DatabaseConnection) -> Result<(), DbErr> {
     )
     .await
     .map(|_| ())
-}
-
-/// Writes `$N` placeholders in the connection's dialect (the demo's statements number them in
-/// order, so MariaDB's bare `?` binds them right).
-pub fn statement(db: &impl ConnectionTrait, sql: &str, values: Vec<sea_orm::Value>) -> Statement {
-    let backend = db.get_database_backend();
-    // The demo's stores are the ledger's, which all have a dialect.
-    let sql = grpc_operation_ledger_seaorm::in_dialect(backend, sql).unwrap_or_else(|| sql.into());
-    Statement::from_sql_and_values(backend, sql, values)
 }
 
 /// Faults injected after the server committed: the client sees an error (or nothing in time)
@@ -101,28 +94,6 @@ impl Faults {
 /// deployment verifies an mTLS peer certificate or a signed token here.)
 pub fn authenticate(request: Request<()>) -> Result<Request<()>, Status> {
     bearer_token(request, DEMO_TOKEN)
-}
-
-/// Admits a request bearing `expected` as its token, with that token as its principal.
-pub(crate) fn bearer_token(
-    mut request: Request<()>,
-    expected: &str,
-) -> Result<Request<()>, Status> {
-    let token = request
-        .metadata()
-        .get("authorization")
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::to_owned);
-    match token {
-        Some(token) if token == expected => {
-            request
-                .extensions_mut()
-                .insert(AuthenticatedPrincipal(token.into_bytes()));
-            Ok(request)
-        }
-        _ => Err(Status::unauthenticated("unknown caller")),
-    }
 }
 
 /// The payments service.
