@@ -96,6 +96,19 @@ pub(crate) enum MutantsKind {
         #[arg(long, conflicts_with_all = ["store", "only"])]
         report_only: bool,
     },
+    /// cargo-mutants (installed when missing) on the server guard, the policy's eligibility,
+    /// budget and backoff, and the core types' identity, canonical fingerprint and key; each
+    /// crate's tests against each mutant. Writes docs/mutants/code.md when every group ran; fails
+    /// when a group kills under 90% of its viable mutants or a survivor is not explained in
+    /// docs/mutants/code-equivalent.md.
+    Code {
+        /// Only these groups (repeatable; default: all three); the others keep their last run.
+        #[arg(long, value_enum)]
+        group: Vec<crate::mutants::code::Group>,
+        /// Run nothing: render the last runs again with the equivalence file as it is now.
+        #[arg(long, conflicts_with = "group")]
+        report_only: bool,
+    },
 }
 
 /// What `cargo xtask pg` does.

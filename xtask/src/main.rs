@@ -74,6 +74,12 @@ fn run(task: Task) -> Result<()> {
             MutantsKind::Sql { store, only, .. } => {
                 mutants::sql(&store, only.as_deref(), &*cmd::install_interrupt_flag()?)
             }
+            MutantsKind::Code {
+                report_only: true, ..
+            } => mutants::code::report_again(),
+            MutantsKind::Code { group, .. } => {
+                mutants::code::run(&group, &*cmd::install_interrupt_flag()?)
+            }
         },
         Task::Pg { action } => match action {
             PgAction::Start { durable } => postgres::dev_start(durable),

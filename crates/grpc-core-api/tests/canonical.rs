@@ -262,6 +262,68 @@ fn anys_nested_thousands_deep_are_fingerprinted_without_unbounded_work() {
     assert_ne!(fingerprint(&a.0), fingerprint(&b.0));
 }
 
+/// Unpacking stops after eight nested `Any`s: the eighth's value is still canonical (its map in
+/// another wire order is the same request), the ninth's is taken as its bytes (another order is
+/// another request), and a request nested thousands deep is fingerprinted without recursing
+/// through every level.
+#[test]
+fn anys_are_unpacked_eight_deep_and_taken_as_bytes_below() {
+    const ORDER: &str = "type.googleapis.com/orders.v1.CreateOrderRequest";
+    // `depth` requests, each the `extension` of the one above; the innermost has labels.
+    let nested = |depth: usize, labels: &[(&str, &str)]| {
+        let mut request = Wire::default().string_map(3, labels).0;
+        for _ in 0..depth {
+            let any = Wire::default().string(1, ORDER).bytes(2, &request);
+            request = Wire::default().message(11, any).0;
+        }
+        request
+    };
+    let (ab, ba) = ([("a", "1"), ("b", "2")], [("b", "2"), ("a", "1")]);
+    for depth in 1..=8 {
+        assert_eq!(
+            fingerprint(&nested(depth, &ab)),
+            fingerprint(&nested(depth, &ba)),
+            "the Any {depth} deep is unpacked"
+        );
+    }
+    assert_ne!(
+        fingerprint(&nested(9, &ab)),
+        fingerprint(&nested(9, &ba)),
+        "the ninth Any is taken as its bytes"
+    );
+    let deep = nested(5_000, &ab);
+    assert_eq!(fingerprint(&deep), fingerprint(&nested(5_000, &ab)));
+    assert_ne!(
+        fingerprint(&deep),
+        fingerprint(&nested(5_000, &[("a", "2")]))
+    );
+}
+
+/// The canonical form is a stored format: a fingerprint a ledger holds must be computed the same
+/// way by every later release, or a resend after an upgrade is refused as a reused key. This pins
+/// it byte for byte, with a length past one varint byte (200: 0xC8 0x01).
+#[test]
+fn the_canonical_form_is_pinned_byte_for_byte() {
+    let request = Wire::default().varint(2, 300).string(1, &"a".repeat(200)).0;
+    let name = b"orders.v1.CreateOrderRequest";
+    // The form's version tag, then the type's name, then each field by number.
+    let mut expected = b"grpc-safe-retries/canonical-request/v1\0".to_vec();
+    expected.push(name.len() as u8);
+    expected.extend_from_slice(name);
+    expected.extend_from_slice(&[1, 0xC8, 0x01]);
+    expected.extend_from_slice("a".repeat(200).as_bytes());
+    expected.push(2);
+    expected.extend_from_slice(&300_i64.to_le_bytes());
+    assert_eq!(
+        schema().canonical_form(&create_order(), &request).unwrap(),
+        expected
+    );
+    assert_eq!(
+        fingerprint(&request).to_hex(),
+        "931a944641e2695e363363721674b3d482e78e59cfc5d416bb574187be4aedb1"
+    );
+}
+
 #[test]
 fn fields_the_schema_does_not_declare_are_not_part_of_the_request() {
     let known = Wire::default().string(1, "acct-1");
@@ -401,17 +463,35 @@ fn a_request_type_newer_than_the_schema_is_refused_not_hashed() {
         account: String,
         #[prost(message, repeated, tag = "4")]
         lines: Vec<NewerLine>,
+        #[prost(message, optional, tag = "5")]
+        shipping: Option<NewerShipping>,
         #[prost(int64, tag = "99")]
         loyalty_points: i64,
     }
+    #[derive(Clone, PartialEq, prost::Message)]
+    struct NewerShipping {
+        #[prost(map = "int64, message", tag = "2")]
+        by_id: std::collections::HashMap<i64, NewerLine>,
+    }
+    let line = |note: &str| NewerLine {
+        sku: "sku-1".into(),
+        gift_note: note.into(),
+    };
     let schema = schema();
     let order = |points, note: &str| NewerOrder {
         account: "acct-1".into(),
-        lines: vec![NewerLine {
-            sku: "sku-1".into(),
-            gift_note: note.into(),
-        }],
+        lines: vec![line(note)],
+        shipping: None,
         loyalty_points: points,
+    };
+    // The new field inside a map's value.
+    let shipped = |note: &str| NewerOrder {
+        account: "acct-1".into(),
+        lines: Vec::new(),
+        shipping: Some(NewerShipping {
+            by_id: [(7, line(note))].into(),
+        }),
+        loyalty_points: 0,
     };
     let refused = Err(SchemaError::RequestTypeDiffersFromSchema {
         message_type: "orders.v1.CreateOrderRequest".into(),
@@ -424,10 +504,19 @@ fn a_request_type_newer_than_the_schema_is_refused_not_hashed() {
         schema.fingerprint_message(&create_order(), &order(0, "hi")),
         refused
     );
+    assert_eq!(
+        schema.fingerprint_message(&create_order(), &shipped("hi")),
+        refused
+    );
     // With the new fields at their defaults nothing unknown is on the wire: nothing to refuse.
     assert!(
         schema
             .fingerprint_message(&create_order(), &order(0, ""))
+            .is_ok()
+    );
+    assert!(
+        schema
+            .fingerprint_message(&create_order(), &shipped(""))
             .is_ok()
     );
 }

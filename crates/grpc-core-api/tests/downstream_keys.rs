@@ -70,6 +70,11 @@ fn a_downstream_key_is_stable_and_its_own_per_label_operation_and_secret() {
             &label("postings"),
         ),
     ];
+    // The ledger's row holds the operation's identity; whoever reads it without the secret must
+    // not be able to derive the downstream key: another secret over the same identity gives
+    // another key.
+    let same_identity_other_secret = secret(8).downstream_key(&operation, &label("postings"));
+    assert_ne!(same_identity_other_secret, postings);
     let mut seen: HashSet<String> = HashSet::from([postings.expose().to_owned()]);
     for other in &others {
         assert!(

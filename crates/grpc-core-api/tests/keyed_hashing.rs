@@ -1,7 +1,8 @@
 //! Why the demo hashes keys with a server secret: a short key under plain SHA-256 falls to a
 //! brute force over its alphabet; under HMAC the same search without the secret finds nothing.
+//! And the secret itself: at least 16 bytes, never shown.
 
-use grpc_core_api::{IdempotencyKey, IdempotencyKeyHash, KeyHasher};
+use grpc_core_api::{IdempotencyKey, IdempotencyKeyHash, InvalidInput, KeyHasher};
 
 const ALPHABET: &[u8] = b"0123456789abcdefghijklmnopqrstuvwxyz";
 
@@ -47,4 +48,16 @@ fn a_short_key_falls_to_brute_force_only_without_a_secret() {
     assert_eq!(brute_force(&keyed, &guessed), None);
     // With the secret, the service itself still recognises the key.
     assert_eq!(brute_force(&keyed, &secret).as_deref(), Some("k7z"));
+}
+
+/// The secret's floor is 16 bytes, inclusive; and no `Debug` form shows the secret.
+#[test]
+fn a_secret_of_sixteen_bytes_is_the_shortest_accepted_and_is_never_shown() {
+    assert_eq!(
+        KeyHasher::hmac_sha256(&[b's'; 15]).map(|_| ()),
+        Err(InvalidInput::SecretTooShort { len: 15 })
+    );
+    let hasher = KeyHasher::hmac_sha256(b"sixteen-byte-sec").expect("16 bytes are enough");
+    assert_eq!(format!("{hasher:?}"), "KeyHasher::HmacSha256(<secret>)");
+    assert_eq!(format!("{:?}", KeyHasher::Sha256), "KeyHasher::Sha256");
 }

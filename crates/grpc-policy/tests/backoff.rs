@@ -157,3 +157,44 @@ fn a_retry_info_delay_is_the_next_delay_within_max_backoff_unless_a_pushback_say
     );
     assert_eq!(next(Some(Pushback::DoNotRetry), Some(650)), None);
 }
+
+/// `SplitMix64` is Sebastiano Vigna's generator, output for output: the first outputs for seed
+/// 1234567 of the reference C code (`splitmix64.c`), as doubles from their top 53 bits. A
+/// generator that only looked random (a shift the wrong way, an OR for an XOR) would give clients
+/// correlated jitter.
+#[test]
+fn split_mix_64_is_the_reference_generator() {
+    let reference: [u64; 3] = [
+        6_457_827_717_110_365_317,
+        3_203_168_211_198_807_973,
+        9_817_491_932_198_370_423,
+    ];
+    let mut random = SplitMix64::from_seed(1_234_567);
+    for output in reference {
+        let expected = (output >> 11) as f64 / (1u64 << 53) as f64;
+        assert_eq!(random.next_unit(), expected);
+    }
+}
+
+/// One retry's delay with the server's word: none, a delay (which replaces the jittered one,
+/// whatever the ceiling), or "do not retry".
+#[test]
+fn one_delay_honours_the_servers_pushback() {
+    let backoff = backoff();
+    assert_eq!(
+        backoff.delay_with_pushback(3, None, &mut Fixed(0.5)),
+        Some(Duration::from_millis(400))
+    );
+    assert_eq!(
+        backoff.delay_with_pushback(
+            3,
+            Some(Pushback::RetryAfter(Duration::from_millis(1_500))),
+            &mut Fixed(0.5)
+        ),
+        Some(Duration::from_millis(1_500))
+    );
+    assert_eq!(
+        backoff.delay_with_pushback(3, Some(Pushback::DoNotRetry), &mut Fixed(0.5)),
+        None
+    );
+}

@@ -143,3 +143,22 @@ fn odd_max_tokens_after_just_under_half_failures_still_allow_retries() {
         "130 of 261 tokens is not more than half"
     );
 }
+
+/// gRFC A6: a retry needs *more* than half the bucket. With ten tokens, five failures leave
+/// exactly half: no retry; one success (ratio 0.5) lifts it above half again.
+#[test]
+fn exactly_half_the_tokens_is_not_enough_for_a_retry() {
+    let budget = budget(10, 0.5);
+    for _ in 0..4 {
+        budget.record_failure();
+    }
+    assert!(budget.allows_retry(), "6 of 10 tokens is more than half");
+    budget.record_failure();
+    assert_eq!(budget.milli_tokens(), 5_000);
+    assert!(
+        !budget.allows_retry(),
+        "5 of 10 tokens is not more than half"
+    );
+    budget.record_success();
+    assert!(budget.allows_retry(), "5.5 of 10 tokens is more than half");
+}

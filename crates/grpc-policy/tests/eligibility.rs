@@ -114,6 +114,12 @@ fn rules_held_fixed_by_the_cross_product() {
             Verdict::Refuse(DeadlineTooClose),
         ),
         (
+            // The design's table: only a deadline *shorter* than the backoff refuses.
+            "deadline exactly the backoff",
+            base.with_remaining_deadline(Some(base.next_backoff)),
+            Verdict::Retry,
+        ),
+        (
             "deadline bounds unsent too",
             base.with_remaining_deadline(Some(Duration::from_millis(50)))
                 .with_evidence(Evidence::NotSent),
@@ -160,6 +166,22 @@ fn verdicts_say_why() {
         "refuse: a keyed mutation needs a durable ledger to be retried"
     );
     assert_eq!(Verdict::Retry.to_string(), "retry");
+    // Every reason says its own why.
+    let reasons = [
+        RefusalReason::NotOwner,
+        RefusalReason::PrefixDelivered,
+        RefusalReason::AttemptsExhausted,
+        RefusalReason::DeadlineTooClose,
+        RefusalReason::NonRetryableStatus,
+        RefusalReason::NotIdempotent,
+        RefusalReason::MissingKey,
+        RefusalReason::NoDurableLedger,
+        RefusalReason::BudgetExhausted,
+    ];
+    let texts: std::collections::HashSet<String> =
+        reasons.iter().map(ToString::to_string).collect();
+    assert_eq!(texts.len(), reasons.len(), "{texts:?}");
+    assert!(texts.iter().all(|text| text.len() > 10), "{texts:?}");
 }
 
 #[test]

@@ -6,6 +6,8 @@
 //! The report goes to `docs/mutants/sql.md`; survivors are killed by a new case or explained in
 //! `docs/mutants/sql-equivalent.md`.
 
+pub(crate) mod code;
+mod code_report;
 mod operators;
 mod report;
 
