@@ -114,6 +114,8 @@ pub enum UnavailableKind {
     /// The store's single write lock stayed taken by other units of work past the wait bound
     /// (SQLite): busy, not a duplicate of this request.
     StoreBusy,
+    /// The store itself said it cannot tell whether the statement completed (PostgreSQL's 40003).
+    CompletionUnknown,
 }
 
 impl UnavailableKind {
@@ -125,6 +127,7 @@ impl UnavailableKind {
             Self::Timeout => "a ledger statement timed out",
             Self::StoreNotReady => "the ledger store is not accepting work",
             Self::StoreBusy => "the ledger store is busy with other writers",
+            Self::CompletionUnknown => "the ledger store could not tell whether it completed",
         }
     }
 }
@@ -174,11 +177,25 @@ pub enum LedgerError {
         /// The version stored now.
         current: Version,
     },
-    /// The store could not be used; the unit of work did not take effect. UNAVAILABLE, never
-    /// INTERNAL.
+    /// The store could not be used, and the unit of work did not take effect: it failed before
+    /// its COMMIT was sent, or the store said the COMMIT was refused. UNAVAILABLE, never
+    /// INTERNAL. A failure while committing whose outcome nobody can know is
+    /// [`OutcomeUnknown`](Self::OutcomeUnknown) instead.
     #[error("ledger unavailable: {kind}")]
     Unavailable {
         /// What failed.
+        kind: UnavailableKind,
+    },
+    /// The unit of work's COMMIT was sent and no verdict came back: the connection broke while
+    /// committing, the store said it cannot tell (PostgreSQL's 40003
+    /// `statement_completion_unknown`), or the commit's own time bound ran out. It may have taken
+    /// effect or not, and nothing on this side can say which. UNAVAILABLE with the `ErrorInfo`
+    /// reason `OUTCOME_UNKNOWN`: a resend with the same key finds out (it replays what committed,
+    /// or claims afresh what did not); a caller without a key must look the effect up before it
+    /// tells anyone the call failed.
+    #[error("the ledger unit's outcome is unknown: {kind} while committing")]
+    OutcomeUnknown {
+        /// What broke while committing.
         kind: UnavailableKind,
     },
     /// Anything else: a corrupt row, a bug. INTERNAL. The message holds no key material.
@@ -202,8 +219,34 @@ impl LedgerError {
         }
     }
 
-    /// Whether a retry of the whole unit of work may succeed.
+    /// Shorthand for [`LedgerError::OutcomeUnknown`].
+    pub fn outcome_unknown(kind: UnavailableKind) -> Self {
+        Self::OutcomeUnknown { kind }
+    }
+
+    /// This error as the answer to a COMMIT: only a refusal the store stated (a serialisation
+    /// failure, which rolls the unit back; SQLite's busy write lock, which leaves it uncommitted)
+    /// or an error that means a bug keeps its meaning; any other failure of the store while
+    /// committing leaves the outcome unknown.
+    pub fn at_commit(self) -> Self {
+        match self {
+            Self::Unavailable {
+                kind: UnavailableKind::SerializationFailure | UnavailableKind::StoreBusy,
+            } => self,
+            Self::Unavailable { kind } => Self::OutcomeUnknown { kind },
+            other => other,
+        }
+    }
+
+    /// Whether a retry of the whole unit of work may succeed. Not for
+    /// [`OutcomeUnknown`](Self::OutcomeUnknown): the unit may have taken effect, and only a
+    /// resend that the ledger deduplicates (the same key) may follow it.
     pub fn is_transient(&self) -> bool {
         matches!(self, Self::Unavailable { .. } | Self::InFlight { .. })
+    }
+
+    /// Whether the unit of work may have taken effect although this error was the answer.
+    pub fn is_outcome_unknown(&self) -> bool {
+        matches!(self, Self::OutcomeUnknown { .. })
     }
 }

@@ -34,8 +34,11 @@ pub enum ErrorReason {
     IdempotencyAlreadyCompleted,
     /// A transition found that the claim was taken over.
     IdempotencyOwnershipLost,
-    /// The ledger store could not be used.
+    /// The ledger store could not be used; the unit of work did not take effect.
     LedgerUnavailable,
+    /// The unit of work was sent to commit and no verdict came back: it may have taken effect.
+    /// A resend with the same key finds out.
+    OutcomeUnknown,
     /// Anything else.
     LedgerInternal,
 }
@@ -53,6 +56,7 @@ impl ErrorReason {
             Self::IdempotencyAlreadyCompleted => "IDEMPOTENCY_ALREADY_COMPLETED",
             Self::IdempotencyOwnershipLost => "IDEMPOTENCY_OWNERSHIP_LOST",
             Self::LedgerUnavailable => "LEDGER_UNAVAILABLE",
+            Self::OutcomeUnknown => "OUTCOME_UNKNOWN",
             Self::LedgerInternal => "LEDGER_INTERNAL",
         }
     }
@@ -77,6 +81,7 @@ impl LedgerError {
             }
             Self::LostOwnership { .. } => (Code::Aborted, ErrorReason::IdempotencyOwnershipLost),
             Self::Unavailable { .. } => (Code::Unavailable, ErrorReason::LedgerUnavailable),
+            Self::OutcomeUnknown { .. } => (Code::Unavailable, ErrorReason::OutcomeUnknown),
             Self::Internal { .. } => (Code::Internal, ErrorReason::LedgerInternal),
         }
     }
@@ -121,4 +126,15 @@ impl From<LedgerError> for Status {
         }
         Status::with_error_details(code, error.to_string(), details)
     }
+}
+
+/// Whether `status` says that its call's outcome is unknown: the server sent the unit of work to
+/// commit and got no verdict (`ErrorInfo` reason `OUTCOME_UNKNOWN` in this workspace's domain).
+/// A client treats it as an attempt that got no answer: a keyed call resolves it by resending
+/// with its key before anything else; nothing reports it as "did not happen".
+pub fn says_outcome_unknown(status: &Status) -> bool {
+    status.code() == Code::Unavailable
+        && status.get_details_error_info().is_some_and(|info| {
+            info.domain == ERROR_INFO_DOMAIN && info.reason == ErrorReason::OutcomeUnknown.as_str()
+        })
 }

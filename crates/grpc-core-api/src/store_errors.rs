@@ -1,12 +1,13 @@
 //! Store error codes to ledger errors, for adapters on SQL stores whatever their driver: PostgreSQL
 //! SQLSTATE codes, MariaDB/MySQL (and Galera) error numbers, and SQLite result codes.
 //!
-//! The rule these tables keep: a transient state of the store (the unit of work did not take
-//! effect, or its outcome is unknown and a keyed retry is safe) is `Unavailable`; `Internal` is
-//! only for what means a bug (syntax, undefined objects, data exceptions, constraint
-//! violations); a lock wait that ran out is `InFlight` during a claim (a duplicate behind an
-//! uncommitted claim, or behind a lock on the table) and a `Timeout` anywhere else. Messages are
-//! built from the codes, never copied from a driver, whose messages may quote row values.
+//! The rule these tables keep: a transient state of the store in which the unit of work did not
+//! take effect is `Unavailable`; one in which it may have (anything but a stated refusal while
+//! committing, and PostgreSQL's 40003 anywhere) is `OutcomeUnknown`; `Internal` is only for what
+//! means a bug (syntax, undefined objects, data exceptions, constraint violations); a lock wait
+//! that ran out is `InFlight` during a claim (a duplicate behind an uncommitted claim, or behind
+//! a lock on the table) and a `Timeout` anywhere else. Messages are built from the codes, never
+//! copied from a driver, whose messages may quote row values.
 //!
 //! ```
 //! use std::time::Duration;
@@ -39,6 +40,20 @@ pub enum During {
     },
     /// Any other statement.
     Other,
+    /// The unit of work's COMMIT: a failure here leaves the outcome unknown unless the store
+    /// stated a refusal (see [`LedgerError::at_commit`]).
+    Commit,
+}
+
+impl During {
+    /// `error`, classified for this phase: at a commit, an unknown outcome where the store did
+    /// not state a refusal.
+    pub fn judge(self, error: LedgerError) -> LedgerError {
+        match self {
+            During::Commit => error.at_commit(),
+            _ => error,
+        }
+    }
 }
 
 /// A PostgreSQL SQLSTATE code (`code`) to a ledger error: first the codes that need a meaning of their own,
@@ -46,6 +61,10 @@ pub enum During {
 /// its outcome is unknown and a keyed retry is safe) is `Unavailable`; `Internal` is only for
 /// classes that mean a bug (syntax, undefined objects, data exceptions, constraint violations).
 pub fn from_sqlstate(code: &str, phase: During) -> LedgerError {
+    phase.judge(sqlstate_meaning(code, phase))
+}
+
+fn sqlstate_meaning(code: &str, phase: During) -> LedgerError {
     use UnavailableKind::*;
     let unavailable = LedgerError::unavailable;
     match code {
@@ -53,6 +72,8 @@ pub fn from_sqlstate(code: &str, phase: During) -> LedgerError {
         "55P03" => lock_wait_exceeded(phase),
         // query_canceled: statement_timeout or a cancel request
         "57014" => unavailable(Timeout),
+        // statement_completion_unknown: the store itself cannot say whether it took effect
+        "40003" => LedgerError::outcome_unknown(CompletionUnknown),
         // admin_shutdown, crash_shutdown, idle_session_timeout: the session is gone
         "57P01" | "57P02" | "57P05" => unavailable(ConnectionLost),
         // idle_in_transaction_session_timeout: the server ended the session mid-unit
@@ -76,7 +97,7 @@ pub fn from_sqlstate(code: &str, phase: During) -> LedgerError {
         // is a bug
         "23505" => LedgerError::internal("a ledger row violated uniqueness"),
         _ => match code.get(..2) {
-            // transaction_rollback: serialization failure, deadlock, statement completion unknown
+            // transaction_rollback: serialization failure, deadlock (rolled back)
             Some("40") => unavailable(SerializationFailure),
             // connection_exception
             Some("08") => unavailable(ConnectionLost),
@@ -93,6 +114,10 @@ pub fn from_sqlstate(code: &str, phase: During) -> LedgerError {
 /// A SQLite result code (primary, or extended with the primary in the low byte, in decimal as
 /// drivers report it) to a ledger error.
 pub fn from_sqlite_code(code: &str, phase: During) -> LedgerError {
+    phase.judge(sqlite_meaning(code))
+}
+
+fn sqlite_meaning(code: &str) -> LedgerError {
     use UnavailableKind::*;
     let unavailable = LedgerError::unavailable;
     let Ok(extended) = code.parse::<u32>() else {
@@ -102,10 +127,7 @@ pub fn from_sqlite_code(code: &str, phase: During) -> LedgerError {
         // SQLITE_BUSY, SQLITE_LOCKED: the busy timeout ran out waiting for the single write lock.
         // Units of work begin as writers, so inside one this cannot be a duplicate claim behind
         // an uncommitted one: the store is busy, whatever the phase.
-        5 | 6 => {
-            let _ = phase;
-            unavailable(StoreBusy)
-        }
+        5 | 6 => unavailable(StoreBusy),
         // SQLITE_IOERR*, SQLITE_FULL, SQLITE_CANTOPEN, SQLITE_PROTOCOL: the file or the disk
         10 | 13 | 14 | 15 => unavailable(StoreNotReady),
         // SQLITE_CONSTRAINT (CHECK 275, PRIMARY KEY 1555, UNIQUE 2067, ...)
@@ -117,6 +139,10 @@ pub fn from_sqlite_code(code: &str, phase: During) -> LedgerError {
 /// A MariaDB/MySQL error number (and Galera's) to a ledger error, like the SQLSTATE table: transient
 /// states of the store are `Unavailable`, INTERNAL only for what means a bug.
 pub fn from_mysql_error(number: u16, phase: During) -> LedgerError {
+    phase.judge(mysql_meaning(number, phase))
+}
+
+fn mysql_meaning(number: u16, phase: During) -> LedgerError {
     use UnavailableKind::*;
     let unavailable = LedgerError::unavailable;
     match number {
@@ -146,7 +172,7 @@ pub fn from_mysql_error(number: u16, phase: During) -> LedgerError {
 fn lock_wait_exceeded(phase: During) -> LedgerError {
     match phase {
         During::Claim { wait } => LedgerError::InFlight { retry_after: wait },
-        During::Other => LedgerError::unavailable(UnavailableKind::Timeout),
+        During::Other | During::Commit => LedgerError::unavailable(UnavailableKind::Timeout),
     }
 }
 
@@ -177,7 +203,6 @@ mod tests {
         let table: &[(&str, Option<UnavailableKind>)] = &[
             ("40001", Some(SerializationFailure)), // serialization_failure
             ("40P01", Some(SerializationFailure)), // deadlock_detected
-            ("40003", Some(SerializationFailure)), // statement_completion_unknown
             ("55P03", Some(Timeout)),              // lock_not_available (outside a claim)
             ("57014", Some(Timeout)),              // query_canceled
             ("57P01", Some(ConnectionLost)),       // admin_shutdown
@@ -217,6 +242,11 @@ mod tests {
             unreachable!("checked above");
         };
         assert!(message.contains("transaction pooling"), "{message}");
+        assert_eq!(
+            from_sqlstate("40003", During::Other),
+            LedgerError::outcome_unknown(CompletionUnknown),
+            "statement_completion_unknown"
+        );
         assert_eq!(
             from_sqlstate("55P03", CLAIM),
             LedgerError::InFlight {
@@ -294,5 +324,53 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// While committing, only a refusal the store states keeps "did not take effect"; a lost
+    /// connection, a timeout or a store going away leave the outcome unknown, on every store.
+    #[test]
+    fn a_commit_that_got_no_verdict_has_an_unknown_outcome() {
+        use UnavailableKind::*;
+        let unknown = LedgerError::outcome_unknown;
+        for (code, expected) in [
+            ("08006", unknown(ConnectionLost)),
+            ("57P01", unknown(ConnectionLost)),
+            ("57014", unknown(Timeout)),
+            ("53100", unknown(StoreNotReady)),
+            ("40003", unknown(CompletionUnknown)),
+            ("40001", LedgerError::unavailable(SerializationFailure)),
+            ("40P01", LedgerError::unavailable(SerializationFailure)),
+        ] {
+            assert_eq!(
+                from_sqlstate(code, During::Commit),
+                expected,
+                "SQLSTATE {code}"
+            );
+        }
+        for (number, expected) in [
+            (2013, unknown(ConnectionLost)),
+            (2006, unknown(ConnectionLost)),
+            (1213, LedgerError::unavailable(SerializationFailure)),
+            (1180, LedgerError::unavailable(SerializationFailure)),
+        ] {
+            assert_eq!(
+                from_mysql_error(number, During::Commit),
+                expected,
+                "MySQL {number}"
+            );
+        }
+        assert_eq!(
+            from_sqlite_code("5", During::Commit),
+            LedgerError::unavailable(StoreBusy),
+            "SQLite's busy COMMIT leaves the transaction open, uncommitted"
+        );
+        assert_eq!(
+            from_sqlite_code("10", During::Commit),
+            unknown(StoreNotReady)
+        );
+        assert!(matches!(
+            from_sqlstate("23505", During::Commit),
+            LedgerError::Internal { .. }
+        ));
     }
 }

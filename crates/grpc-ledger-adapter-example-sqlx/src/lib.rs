@@ -71,7 +71,7 @@ pub async fn migrate(pool: &PgPool) -> Result<(), LedgerError> {
         .execute(&mut *txn)
         .await
         .map_err(store_error(During::Other))?;
-    txn.commit().await.map_err(store_error(During::Other))
+    txn.commit().await.map_err(store_error(During::Commit))
 }
 
 /// Begins units of work on a pool.
@@ -161,7 +161,7 @@ impl SqlxUnit {
     /// Commits the unit.
     pub async fn commit(self) -> Result<(), LedgerError> {
         let txn = self.txn.lock().await.take().ok_or_else(unit_ended)?;
-        txn.commit().await.map_err(store_error(During::Other))
+        txn.commit().await.map_err(store_error(During::Commit))
     }
 
     /// Rolls the unit back.
@@ -208,7 +208,7 @@ macro_rules! on_connection {
                 };
                 match result {
                     Ok(value) => {
-                        txn.commit().await.map_err(store_error(During::Other))?;
+                        txn.commit().await.map_err(store_error(During::Commit))?;
                         Ok(value)
                     }
                     Err(error) => {
@@ -563,16 +563,20 @@ fn millis(time: SystemTime) -> i64 {
 /// A sqlx error as a ledger error, by the public classification of `grpc_core_api::store_errors`;
 /// the driver's message (which may quote row values) is never kept.
 pub fn store_error(during: During) -> impl Fn(sqlx::Error) -> LedgerError {
-    move |error| match error {
-        sqlx::Error::Database(db) => {
-            from_sqlstate(db.code().as_deref().unwrap_or_default(), during)
-        }
-        sqlx::Error::PoolTimedOut => LedgerError::unavailable(UnavailableKind::PoolTimeout),
-        sqlx::Error::Io(_)
-        | sqlx::Error::Tls(_)
-        | sqlx::Error::Protocol(_)
-        | sqlx::Error::PoolClosed
-        | sqlx::Error::WorkerCrashed => LedgerError::unavailable(UnavailableKind::ConnectionLost),
-        _ => LedgerError::internal("unexpected driver error"),
+    move |error| {
+        during.judge(match error {
+            sqlx::Error::Database(db) => {
+                from_sqlstate(db.code().as_deref().unwrap_or_default(), during)
+            }
+            sqlx::Error::PoolTimedOut => LedgerError::unavailable(UnavailableKind::PoolTimeout),
+            sqlx::Error::Io(_)
+            | sqlx::Error::Tls(_)
+            | sqlx::Error::Protocol(_)
+            | sqlx::Error::PoolClosed
+            | sqlx::Error::WorkerCrashed => {
+                LedgerError::unavailable(UnavailableKind::ConnectionLost)
+            }
+            _ => LedgerError::internal("unexpected driver error"),
+        })
     }
 }

@@ -67,4 +67,7 @@ pub enum Defect {
     /// census and purge's cutoff are judged by the process's clock (`SystemTime::now()` bound as
     /// a parameter), which agrees with the store's only when both run on one host.
     ProcessClock,
+    /// A COMMIT whose answer was lost is reported as the store being unavailable ("did not take
+    /// effect"), as a driver's connection error is everywhere else, although the store committed.
+    LostCommitSaidUnavailable,
 }

@@ -132,6 +132,13 @@ pub trait LedgerFixture: Send + Sync {
     fn skewed_clock(&self) -> Option<&dyn SkewedClock<Store = Self::Store>> {
         None
     }
+    /// The hook that makes a unit's COMMIT take effect while its answer is lost; `None`, the
+    /// default, makes the lost-commit case not applicable (say why in your adapter's docs: an
+    /// embedded store has no connection to lose; a networked one can stand behind
+    /// [`CommitCutProxy`](crate::commit_cut::CommitCutProxy)).
+    fn lost_commit(&self) -> Option<&dyn LostCommit<Store = Self::Store>> {
+        None
+    }
     /// Called after every case, whatever its outcome (also after a failed or timed-out case),
     /// with the case's name; bounded to 30 seconds. The place to drop databases or files the
     /// case's stores used: an async cleanup here, rather than in a `Drop` that blocks at runtime
@@ -288,6 +295,25 @@ pub trait SkewedClock: Send + Sync {
     /// A fresh store, as [`LedgerFixture::fresh_store`] makes, whose clock reads `skew` away
     /// from the process's and runs at the same rate.
     async fn fresh_store_with_clock(&self, skew: ClockSkew) -> Self::Store;
+}
+
+/// Hook: a store whose units' COMMIT can reach the store while the answer to it never comes back,
+/// as when the network, a proxy or the client's host fails between the two. The unit cannot know
+/// whether it committed, and must not say it did not.
+#[async_trait]
+pub trait LostCommit: Send + Sync {
+    /// The fixture's store type.
+    type Store: LedgerStore;
+    /// A fresh store, as [`LedgerFixture::fresh_store`] makes, and its switch: once armed, the
+    /// next COMMIT of any of the store's units takes effect and its answer is lost (the unit's
+    /// connection is cut after the store answered).
+    async fn fresh_store_losing_commits(&self) -> (Self::Store, Box<dyn CommitCut>);
+}
+
+/// The switch of a [`LostCommit`] store.
+pub trait CommitCut: Send + Sync {
+    /// Makes the next COMMIT the one whose answer is lost.
+    fn arm(&self);
 }
 
 /// A lock on the whole ledger table, held until released.

@@ -7,7 +7,7 @@
 //! a fresh, empty [`LedgerStore`] per case; the store begins [`UnitOfWork`]s, each on its own
 //! connection, with a ledger bound to that unit, a business write, commit and rollback. Stores
 //! differ only through [`Capabilities`] and the optional hooks ([`Migrations`],
-//! [`ConnectionKiller`], [`TableLocking`], [`SkewedClock`]), never by name. Every failure names
+//! [`ConnectionKiller`], [`TableLocking`], [`SkewedClock`], [`LostCommit`]), never by name. Every failure names
 //! the [`Rule`] it saw broken.
 //!
 //! A third-party adapter runs the whole suite from one test (or, with
@@ -49,6 +49,7 @@
 
 mod broken;
 pub mod cases;
+pub mod commit_cut;
 mod fixture;
 #[cfg(feature = "containers")]
 pub mod servers;
@@ -58,8 +59,8 @@ pub use cases::{
     run_report,
 };
 pub use fixture::{
-    Capabilities, ClockSkew, ConnectionKiller, HeldTableLock, LedgerFixture, LedgerStore,
-    Migrations, RawRow, SkewedClock, TableLocking, UnitOfWork,
+    Capabilities, ClockSkew, CommitCut, ConnectionKiller, HeldTableLock, LedgerFixture,
+    LedgerStore, LostCommit, Migrations, RawRow, SkewedClock, TableLocking, UnitOfWork,
 };
 
 pub use broken::Defect;

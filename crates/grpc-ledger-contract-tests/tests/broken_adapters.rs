@@ -301,6 +301,19 @@ async fn the_suite_catches_judging_time_by_the_process_clock() {
     );
 }
 
+/// An adapter that reports a commit whose answer was lost as "unavailable" passes every case
+/// but the lost-commit one, which names its rule.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_suite_catches_a_lost_commit_said_not_to_have_happened() {
+    let report = caught_for(Defect::LostCommitSaidUnavailable).await;
+    assert_caught_for(
+        &report,
+        "a_commit_whose_answer_is_lost_is_an_unknown_outcome",
+        "unknown-outcome-is-said",
+    );
+    assert_eq!(report.failures().len(), 1, "{:?}", report.failures());
+}
+
 /// Every case's failure names its rule, its step and (where there is one) the identity.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn failures_name_the_rule_the_step_and_the_identity() {
@@ -313,6 +326,7 @@ async fn failures_name_the_rule_the_step_and_the_identity() {
         Defect::UnfencedRenewal,
         Defect::CallerBlindReads,
         Defect::ProcessClock,
+        Defect::LostCommitSaidUnavailable,
     ] {
         for (case, why) in caught_for(defect).await.failures() {
             assert!(

@@ -8,11 +8,11 @@ use async_trait::async_trait;
 use grpc_core_api::{
     CallerFingerprint, Completion, GrpcMethod, GrpcOperationIdentity, GrpcOperationLedger,
     IdempotencyKey, KeyHasher, LedgerError, OperationRecord, OperationState, OutcomeReference,
-    RecordedFailure, RequestFingerprint, Version,
+    RecordedFailure, RequestFingerprint, UnavailableKind, Version,
 };
 use grpc_ledger_contract_tests::{
-    Capabilities, ClockSkew, ConnectionKiller, HeldTableLock, LedgerFixture, LedgerStore, RawRow,
-    SkewedClock, TableLocking, UnitOfWork,
+    Capabilities, ClockSkew, CommitCut, ConnectionKiller, HeldTableLock, LedgerFixture,
+    LedgerStore, LostCommit, RawRow, SkewedClock, TableLocking, UnitOfWork,
 };
 use tokio::sync::OwnedRwLockWriteGuard;
 
@@ -59,6 +59,32 @@ impl LedgerFixture for InMemoryFixture {
 
     fn skewed_clock(&self) -> Option<&dyn SkewedClock<Store = InMemoryStore>> {
         Some(self)
+    }
+
+    fn lost_commit(&self) -> Option<&dyn LostCommit<Store = InMemoryStore>> {
+        Some(self)
+    }
+}
+
+#[async_trait]
+impl LostCommit for InMemoryFixture {
+    type Store = InMemoryStore;
+
+    /// The double has no connection to cut: its switch makes the next commit apply and then
+    /// answer as a cut connection would have.
+    async fn fresh_store_losing_commits(&self) -> (InMemoryStore, Box<dyn CommitCut>) {
+        let store = InMemoryStore::build(self.claim_wait, self.defect);
+        let switch = LosesNextCommit(Arc::clone(&store.shared));
+        (store, Box::new(switch))
+    }
+}
+
+/// The double's [`CommitCut`].
+struct LosesNextCommit(Arc<crate::store::Shared>);
+
+impl CommitCut for LosesNextCommit {
+    fn arm(&self) {
+        self.0.lose_next_commit.store(true, Ordering::SeqCst);
     }
 }
 
@@ -184,8 +210,17 @@ impl UnitOfWork for InMemoryUnit {
 
     async fn commit(self) -> Result<(), LedgerError> {
         self.connection_lost()?;
+        let answer_lost = self.shared.lose_next_commit.swap(false, Ordering::SeqCst);
+        let defect = self.shared.defect;
         self.commit_unit();
-        Ok(())
+        if !answer_lost {
+            return Ok(());
+        }
+        Err(if defect == Some(Defect::LostCommitSaidUnavailable) {
+            LedgerError::unavailable(UnavailableKind::ConnectionLost)
+        } else {
+            LedgerError::outcome_unknown(UnavailableKind::ConnectionLost)
+        })
     }
 
     async fn rollback(self) -> Result<(), LedgerError> {

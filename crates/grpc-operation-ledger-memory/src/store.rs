@@ -2,7 +2,7 @@
 //! end, and a lock on the whole table (which writes share and a table-lock hook holds alone).
 
 use std::collections::HashMap;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
 
@@ -30,6 +30,9 @@ pub(crate) struct Shared {
     pub(crate) table: Arc<RwLock<()>>,
     /// How far the store's clock is from the process's (`None`: the process's own clock).
     pub(crate) clock_skew: Option<ClockSkew>,
+    /// Set by a [`LostCommit`](grpc_ledger_contract_tests::LostCommit) hook's switch: the next
+    /// commit takes effect and its answer is lost.
+    pub(crate) lose_next_commit: AtomicBool,
 }
 
 impl Shared {
@@ -147,6 +150,7 @@ impl InMemoryStore {
                 defect,
                 table: Arc::default(),
                 clock_skew,
+                lose_next_commit: AtomicBool::new(false),
             }),
         }
     }

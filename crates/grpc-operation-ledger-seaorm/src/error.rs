@@ -19,9 +19,11 @@ pub fn store_error(error: DbErr) -> LedgerError {
     map_db_err(error, Phase::Other)
 }
 
+/// `phase` judges the result: a failure of the store while committing is an unknown outcome
+/// unless the store stated a refusal.
 pub(crate) fn map_db_err(error: DbErr, phase: Phase) -> LedgerError {
     let unavailable = LedgerError::unavailable;
-    match error {
+    phase.judge(match error {
         DbErr::ConnectionAcquire(ConnAcquireErr::Timeout) => {
             unavailable(UnavailableKind::PoolTimeout)
         }
@@ -32,7 +34,7 @@ pub(crate) fn map_db_err(error: DbErr, phase: Phase) -> LedgerError {
             map_sqlx(&e, phase)
         }
         other => LedgerError::internal(format!("unexpected database error: {}", kind_of(&other))),
-    }
+    })
 }
 
 /// Whether `error`, from sending a statement on a pooled connection, says that the connection was

@@ -151,7 +151,7 @@ where
             Ok(value) => {
                 txn.commit()
                     .await
-                    .map_err(|e| map_db_err(e, Phase::Other))?;
+                    .map_err(|e| map_db_err(e, Phase::Commit))?;
                 Ok(value)
             }
             Err(error) => {

@@ -91,7 +91,7 @@ impl LedgerUnitsOfWork for SeaOrmUnitsOfWork {
         transaction
             .commit()
             .await
-            .map_err(|e| map_db_err(e, Phase::Other))
+            .map_err(|e| map_db_err(e, Phase::Commit))
     }
 
     async fn rollback(&self, transaction: DatabaseTransaction) -> Result<(), LedgerError> {

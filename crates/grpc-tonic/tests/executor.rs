@@ -503,3 +503,64 @@ async fn the_key_goes_under_the_configured_header() {
             .is_err()
     );
 }
+
+/// A server that answers "my commit got no verdict" (`OUTCOME_UNKNOWN`) is asked what became of
+/// the operation before anything else, even where the policy does not retry UNAVAILABLE; a plain
+/// UNAVAILABLE ("did not take effect") under that policy is not retried at all.
+#[tokio::test]
+async fn an_outcome_the_server_could_not_confirm_is_resolved_before_anything_else() {
+    let policy = RetryPolicy::new(
+        4,
+        Duration::from_millis(1),
+        Duration::from_millis(5),
+        2.0,
+        CodeSet::of(&[Code::Aborted]),
+    )
+    .unwrap();
+    let executor = || {
+        executor_with(|settings| {
+            settings.owner = GrpcRetryOwner::Application;
+            settings.policy = policy.clone();
+        })
+    };
+    let unknown = || {
+        Status::from(grpc_core_api::LedgerError::outcome_unknown(
+            grpc_core_api::UnavailableKind::ConnectionLost,
+        ))
+    };
+    let key = IdempotencyKey::parse("k-unknown").unwrap();
+
+    let script = Script::new(vec![Err(unknown())]);
+    let resolver = executor();
+    let answer = resolver
+        .call(
+            MethodClass::KeyedMutation,
+            7u32,
+            Some(&key),
+            Some(Duration::from_secs(5)),
+            script.call(),
+            || std::future::ready(Ok(Resolution::Committed("payment-u".to_owned()))),
+        )
+        .await
+        .unwrap();
+    assert_eq!(answer.get_ref(), "payment-u");
+    assert_eq!(script.attempts(), 1);
+    assert_eq!(resolver.stats().resolved_first(), 1);
+
+    let script = Script::new(vec![Err(Status::from(
+        grpc_core_api::LedgerError::unavailable(grpc_core_api::UnavailableKind::ConnectionLost),
+    ))]);
+    let refused = executor()
+        .call(
+            MethodClass::KeyedMutation,
+            7u32,
+            Some(&key),
+            Some(Duration::from_secs(5)),
+            script.call(),
+            no_resolver(),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), Code::Unavailable);
+    assert_eq!(script.attempts(), 1);
+}

@@ -21,6 +21,7 @@ use crate::{Capabilities, LedgerFixture, LedgerStore, RawRow, UnitOfWork};
 
 mod claims;
 mod clock;
+mod commit;
 mod concurrency;
 mod isolation;
 mod ownership;
@@ -32,6 +33,7 @@ mod write_once;
 
 pub use claims::*;
 pub use clock::*;
+pub use commit::*;
 pub use concurrency::*;
 pub use isolation::*;
 pub use ownership::*;
@@ -338,6 +340,11 @@ pub fn not_applicable<F: LedgerFixture>(case: &str, fixture: &F) -> Option<&'sta
         {
             Some(clock::NO_HOOK)
         }
+        "a_commit_whose_answer_is_lost_is_an_unknown_outcome"
+            if fixture.lost_commit().is_none() =>
+        {
+            Some(commit::NO_LOST_COMMIT)
+        }
         "a_neighbours_uncommitted_claim_does_not_hold_a_claim_back"
         | "a_renewal_committed_while_a_taker_waits_keeps_the_owner"
             if !fixture.capabilities().concurrent_writers =>
@@ -569,4 +576,5 @@ suite!(
     a_neighbours_uncommitted_claim_does_not_hold_a_claim_back,
     leases_follow_the_stores_clock_when_clocks_disagree,
     purge_and_census_follow_the_stores_clock_when_clocks_disagree,
+    a_commit_whose_answer_is_lost_is_an_unknown_outcome,
 );

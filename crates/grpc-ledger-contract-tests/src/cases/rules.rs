@@ -74,6 +74,9 @@ pub enum Rule {
     RecordOnce,
     /// Every time the ledger writes or judges comes from the store's clock, never the process's.
     StoresClockOnly,
+    /// A COMMIT whose answer was lost is reported as an unknown outcome, never as "did not take
+    /// effect", and what it did is then found by the identity.
+    UnknownOutcomeIsSaid,
 }
 
 impl Rule {
@@ -111,6 +114,7 @@ impl Rule {
         Rule::BoundParameters,
         Rule::RecordOnce,
         Rule::StoresClockOnly,
+        Rule::UnknownOutcomeIsSaid,
     ];
 
     /// The rule's stable name, as the guide's headings use it.
@@ -148,6 +152,7 @@ impl Rule {
             Rule::BoundParameters => "bound-parameters",
             Rule::RecordOnce => "record-once",
             Rule::StoresClockOnly => "stores-clock-only",
+            Rule::UnknownOutcomeIsSaid => "unknown-outcome-is-said",
         }
     }
 
@@ -274,6 +279,11 @@ impl Rule {
                 "every time the ledger writes or judges (claim time, lease end, completion, \
                  takeover, renewal, purge cutoff, census) is read from the store's clock, never \
                  the process's, so a store on another host's clock changes nothing"
+            }
+            Rule::UnknownOutcomeIsSaid => {
+                "a commit whose answer never came back is an unknown outcome (OutcomeUnknown), \
+                 never Unavailable (\"did not take effect\"), and the operation's row then says \
+                 what happened"
             }
         }
     }

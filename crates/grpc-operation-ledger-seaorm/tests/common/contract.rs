@@ -5,17 +5,18 @@ use async_trait::async_trait;
 use grpc_core_api::{GrpcOperationLedger, LedgerError, LedgerUnitsOfWork, UnitPerCall};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
+use grpc_ledger_contract_tests::commit_cut::{CommitCutProxy, WireProtocol};
 use grpc_ledger_contract_tests::{
-    Capabilities, ClockSkew, ConnectionKiller, HeldTableLock, LedgerFixture, LedgerStore,
-    Migrations, RawRow, SkewedClock, TableLocking, UnitOfWork,
+    Capabilities, ClockSkew, CommitCut, ConnectionKiller, HeldTableLock, LedgerFixture,
+    LedgerStore, LostCommit, Migrations, RawRow, SkewedClock, TableLocking, UnitOfWork,
 };
 use grpc_operation_ledger_seaorm::{
     LedgerMigrator, SeaOrmOperationLedger, SeaOrmUnitsOfWork, connect_mysql, connect_postgres,
     in_dialect, migrate, open_sqlite, store_error,
 };
 use sea_orm::{
-    ConnectionTrait, Database, DatabaseTransaction, DbBackend, SqliteTransactionMode, Statement,
-    TransactionOptions, TransactionTrait,
+    ConnectionTrait, Database, DatabaseConnection, DatabaseTransaction, DbBackend,
+    SqliteTransactionMode, Statement, TransactionOptions, TransactionTrait,
 };
 use sea_orm_migration::MigratorTrait;
 
@@ -80,6 +81,13 @@ impl LedgerFixture for SeaOrmFixture {
         )
         .then_some(self as _)
     }
+
+    /// PostgreSQL and MariaDB, through a proxy that loses the answer to a COMMIT. SQLite is
+    /// embedded: a commit cannot lose its answer on the way back. Behind PgBouncer and on
+    /// Galera the direct stores' case covers the adapter's code, which is the same.
+    fn lost_commit(&self) -> Option<&dyn LostCommit<Store = SeaOrmStore>> {
+        matches!(self.store, Store::Postgres | Store::MariaDb).then_some(self as _)
+    }
 }
 
 #[async_trait]
@@ -105,7 +113,44 @@ impl SeaOrmFixture {
         SeaOrmStore {
             test_db,
             next_node: AtomicUsize::new(0),
+            units_through_cut: None,
         }
+    }
+}
+
+#[async_trait]
+impl LostCommit for SeaOrmFixture {
+    type Store = SeaOrmStore;
+
+    /// A fresh store whose units of work connect through a [`CommitCutProxy`] in front of the
+    /// server.
+    async fn fresh_store_losing_commits(&self) -> (SeaOrmStore, Box<dyn CommitCut>) {
+        let mut store = self.fresh_store().await;
+        let mut url = url::Url::parse(&store.test_db.url).expect("the store's URL");
+        let server = tokio::net::lookup_host((
+            url.host_str().expect("a server host").to_owned(),
+            url.port().expect("a server port"),
+        ))
+        .await
+        .expect("resolve the server")
+        .next()
+        .expect("an address for the server");
+        let protocol = match self.store {
+            Store::MariaDb => WireProtocol::MySql,
+            _ => WireProtocol::Postgres,
+        };
+        let proxy = CommitCutProxy::start(server, protocol)
+            .await
+            .expect("start the commit-cutting proxy");
+        url.set_port(Some(proxy.address().port())).expect("a port");
+        url.set_host(Some("127.0.0.1")).expect("a host");
+        let through = match self.store {
+            Store::MariaDb => connect_mysql(url.as_str(), &config()).await,
+            _ => connect_postgres(url.as_str(), &config_for(self.store)).await,
+        }
+        .expect("connect through the proxy");
+        store.units_through_cut = Some(through);
+        (store, Box::new(proxy))
     }
 }
 
@@ -251,6 +296,9 @@ pub struct SeaOrmStore {
     test_db: TestDb,
     /// On a cluster, the node the next unit of work begins on.
     next_node: AtomicUsize,
+    /// Where units of work begin instead, when the store loses commits' answers: a pool through
+    /// a [`CommitCutProxy`]. Everything else stays on the direct pools.
+    units_through_cut: Option<DatabaseConnection>,
 }
 
 fn placeholder(db: &impl ConnectionTrait) -> &'static str {
@@ -283,7 +331,9 @@ impl LedgerStore for SeaOrmStore {
     /// Begins the unit as the guard does, through [`SeaOrmUnitsOfWork`]; on a cluster, on the
     /// next node in turn.
     async fn begin(&self) -> Result<SeaOrmUnit, LedgerError> {
-        let (db, url) = if self.test_db.nodes.is_empty() {
+        let (db, url) = if let Some(through) = &self.units_through_cut {
+            (through, &self.test_db.url)
+        } else if self.test_db.nodes.is_empty() {
             (&self.test_db.db, &self.test_db.url)
         } else {
             let n = self.next_node.fetch_add(1, Ordering::Relaxed) % self.test_db.nodes.len();

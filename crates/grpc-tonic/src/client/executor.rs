@@ -6,7 +6,9 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use grpc_core_api::{IdempotencyKey, LedgerDurability, REPLAYED_METADATA_KEY};
+use grpc_core_api::{
+    IdempotencyKey, LedgerDurability, REPLAYED_METADATA_KEY, says_outcome_unknown,
+};
 use grpc_policy::{
     Evidence, GrpcRetryBudget, GrpcRetryOwner, MethodClass, RetryPlan, RetryPolicy, SplitMix64,
 };
@@ -308,7 +310,8 @@ impl RetryExecutor {
             // lookup is not a resend, and a resend under the same key is a replay).
             let evidence = if committed && !(key.is_some() && durable_ledger) {
                 Evidence::PrefixDelivered
-            } else if timed_out || failure.outcome_unknown() {
+            } else if timed_out || failure.outcome_unknown() || says_outcome_unknown(&status) {
+                // No answer, or the server's own "my commit got no verdict": look it up first.
                 Evidence::SentNoAnswer
             } else {
                 Evidence::Sent

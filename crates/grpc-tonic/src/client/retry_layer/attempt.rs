@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use grpc_core_api::says_outcome_unknown;
 use grpc_policy::{CodeSet, Evidence, GrpcRetryBudget};
 use http::HeaderValue;
 use http_body::Body as HttpBody;
@@ -64,11 +65,13 @@ impl AttemptEnd {
     }
 
     /// What the attempt's end says of its request: nothing came back from the server's
-    /// application (the connection broke, the stream was reset, its time ran out), or it was
-    /// answered with a status.
+    /// application (the connection broke, the stream was reset, its time ran out, or the server
+    /// itself answered that its commit got no verdict: `OUTCOME_UNKNOWN`), or it was answered
+    /// with a status.
     pub(super) fn evidence(&self) -> Evidence {
         match self {
             Self::Transport { failure, .. } if failure.outcome_unknown() => Evidence::SentNoAnswer,
+            Self::Failed { status, .. } if says_outcome_unknown(status) => Evidence::SentNoAnswer,
             Self::TimedOut => Evidence::SentNoAnswer,
             _ => Evidence::Sent,
         }
