@@ -1,9 +1,8 @@
 //! The metrics, read back from OpenTelemetry's in-memory exporter: gRFC A96's per-call retry
-//! metrics and A66's attempt and call instruments from the RetryLayer (labelled as A66 says), and the ledger's answers and claim latency
-//! from the guard.
+//! metrics and A66's attempt and call instruments from the RetryLayer (labelled as A66 says), and
+//! the retention worker's. (The guard's own are read back in `grpc-tonic/tests/guard_metrics.rs`.)
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::time::Duration;
 
 use grpc_core_api::{GrpcMethod, KeyHasher, OutcomeReference, RequestSchema};
@@ -11,12 +10,11 @@ use grpc_interop_tests::raw_h2::{raw_server, refuse_first};
 use grpc_interop_tests::{DESCRIPTOR_SET, METHOD, ProbeServer, lazy_channel, pb};
 use grpc_operation_ledger_memory::InMemoryStore;
 use grpc_policy::{GrpcRetryOwner, GrpcServiceConfigPolicy, MethodCatalog};
-use grpc_tonic::{AuthenticatedPrincipal, Committed, GuardConfig, KeyedMutationGuard, RetryLayer};
+use grpc_tonic::{GuardConfig, KeyedMutationGuard, RetryLayer};
 use opentelemetry::metrics::MeterProvider;
 use opentelemetry_sdk::metrics::data::{AggregatedMetrics, MetricData};
 use opentelemetry_sdk::metrics::{InMemoryMetricExporter, PeriodicReader, SdkMeterProvider};
-use tokio::sync::Notify;
-use tonic::{Code, Request};
+use tonic::Code;
 
 /// A meter provider whose every data point can be read back.
 struct Recorded {
@@ -317,93 +315,6 @@ async fn the_retry_layer_records_a66_attempt_and_call_metrics() {
         assert_eq!(latency.len(), 41, "{name}");
         assert_eq!((latency[0], latency[1], latency[40]), (0.0, 0.00001, 100.0));
     }
-}
-
-fn pay(amount: u32, key: &str) -> Request<pb::ProbeRequest> {
-    let mut request = Request::new(probe(&format!("pay-{amount}"), "ok"));
-    request
-        .metadata_mut()
-        .insert("idempotency-key", key.parse().unwrap());
-    request
-        .extensions_mut()
-        .insert(AuthenticatedPrincipal(b"tenant-a".to_vec()));
-    request
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn the_guard_records_the_ledgers_answers_and_claim_latency() {
-    let recorded = Recorded::new();
-    let store = InMemoryStore::new(Duration::from_millis(50));
-    let config = GuardConfig::new(
-        KeyHasher::Sha256,
-        RequestSchema::from_file_descriptor_set(DESCRIPTOR_SET).unwrap(),
-    );
-    let guard = KeyedMutationGuard::new(store, config).with_meter(&recorded.meter());
-    let method = GrpcMethod::parse(METHOD).unwrap();
-    // `hold`: the handler says it runs (its claim is made), then waits to be released.
-    type Hold = Option<(Arc<Notify>, Arc<Notify>)>;
-    let run = |request: Request<pb::ProbeRequest>, hold: Hold| {
-        let (guard, method) = (guard.clone(), method.clone());
-        async move {
-            guard
-                .run(
-                    &method,
-                    request,
-                    |_, message: pb::ProbeRequest| async move {
-                        if let Some((running, release)) = hold {
-                            running.notify_one();
-                            release.notified().await;
-                        }
-                        Ok(Committed {
-                            outcome: OutcomeReference::parse(&message.call_id).unwrap(),
-                            response: message.call_id,
-                        })
-                    },
-                    |_, outcome| async move { Ok(outcome.as_str().to_owned()) },
-                )
-                .await
-        }
-    };
-    run(pay(1, "k-1"), None).await.unwrap();
-    // A retry replays; the same key with another request is refused.
-    run(pay(1, "k-1"), None).await.unwrap();
-    assert_eq!(
-        run(pay(2, "k-1"), None).await.unwrap_err().code(),
-        Code::FailedPrecondition
-    );
-    // A duplicate while the first is still running is told it is in flight.
-    let (running, release) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
-    let hold = Some((Arc::clone(&running), Arc::clone(&release)));
-    let first = tokio::spawn(run(pay(3, "k-3"), hold));
-    running.notified().await;
-    assert_eq!(
-        run(pay(3, "k-3"), None).await.unwrap_err().code(),
-        Code::Aborted
-    );
-    release.notify_one();
-    first.await.unwrap().unwrap();
-
-    let points = recorded.points();
-    let answers: BTreeMap<String, u64> = points["grpc.server.ledger.answers"]
-        .iter()
-        .map(|(labels, (value, _))| {
-            assert!(labels.contains(&"grpc.method=interop.v1.Probe/Call".to_owned()));
-            (labels.join(","), *value)
-        })
-        .collect();
-    let answer = |name: &str| {
-        answers
-            .iter()
-            .find(|(labels, _)| labels.contains(&format!("grpc.ledger.answer={name}")))
-            .map(|(_, value)| *value)
-    };
-    assert_eq!(
-        (answer("replay"), answer("key_reused"), answer("in_flight")),
-        (Some(1), Some(1), Some(1)),
-        "{answers:?}"
-    );
-    let (_, (claims, _)) = &points["grpc.server.ledger.claim_duration"][0];
-    assert_eq!(*claims, 5, "every guarded call's claim was timed");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -12,7 +12,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use grpc_core_api::*;
 use grpc_operation_ledger_memory::{InMemoryStore, InMemoryUnit};
-use grpc_tonic::{AuthenticatedPrincipal, Committed, GuardConfig, KeyedMutationGuard};
+use grpc_tonic::{AuthenticatedPrincipal, Committed, GuardConfig, GuardMode, KeyedMutationGuard};
 use tokio::sync::Notify;
 use tonic::{Code, Request, Status};
 
@@ -96,6 +96,19 @@ impl GrpcOperationLedger for CountingLedger<'_> {
         outcome: &OutcomeReference,
     ) -> Result<Version, LedgerError> {
         self.inner.mark_committed(identity, version, outcome).await
+    }
+
+    /// The store's own single write (not counted as a claim).
+    async fn record_finished(
+        &self,
+        identity: &GrpcOperationIdentity,
+        request: &RequestFingerprint,
+        lease: LeaseDuration,
+        completion: &Completion,
+    ) -> Result<RecordOutcome, LedgerError> {
+        self.inner
+            .record_finished(identity, request, lease, completion)
+            .await
     }
 
     async fn mark_failed(
@@ -292,28 +305,51 @@ async fn a_resend_of_an_operation_in_flight_goes_on_to_the_claim() {
 async fn a_header_that_is_not_a_positive_count_is_no_resend() {
     let (guard, _store, asked) = guarded();
     pay(&guard, "pay-5", 5, 0, None).await.unwrap();
-    let mut request = request("pay-5", 5, 0);
-    request
-        .metadata_mut()
-        .insert("grpc-previous-rpc-attempts", "many".parse().unwrap());
-    let answer = guard
-        .run(
-            &method(),
-            request,
-            |_unit: Arc<InMemoryUnit>, _pay: Pay| async move {
-                Ok(Committed {
-                    response: String::new(),
-                    outcome: OutcomeReference::parse("payment").unwrap(),
-                })
-            },
-            |_unit, _outcome| async move { Ok("paid (replayed)".to_owned()) },
-        )
-        .await
-        .unwrap();
-    assert!(replayed(&answer));
-    assert_eq!(
-        asked.counts(),
-        (2, 0),
-        "the claim's path, as for a first attempt"
-    );
+    for (n, header) in ["many", "0", "-1"].into_iter().enumerate() {
+        let mut request = request("pay-5", 5, 0);
+        request
+            .metadata_mut()
+            .insert("grpc-previous-rpc-attempts", header.parse().unwrap());
+        let answer = guard
+            .run(
+                &method(),
+                request,
+                |_unit: Arc<InMemoryUnit>, _pay: Pay| async move {
+                    Ok(Committed {
+                        response: String::new(),
+                        outcome: OutcomeReference::parse("payment").unwrap(),
+                    })
+                },
+                |_unit, _outcome| async move { Ok("paid (replayed)".to_owned()) },
+            )
+            .await
+            .unwrap();
+        assert!(replayed(&answer));
+        assert_eq!(
+            asked.counts(),
+            (2 + n as u32, 0),
+            "{header}: the claim's path, as for a first attempt"
+        );
+    }
+}
+
+/// In write-once mode the guard never claims: it looks the identity up, runs the handler and
+/// records the finished operation once, in the handler's unit.
+#[tokio::test]
+async fn write_once_mode_looks_up_and_never_claims() {
+    let store = InMemoryStore::new(Duration::from_millis(50));
+    let asked = Arc::new(Asked::default());
+    let units = Counting {
+        store: store.clone(),
+        asked: Arc::clone(&asked),
+    };
+    let config = GuardConfig::new(KeyHasher::Sha256, schema())
+        .with_mode(GuardMode::WriteOnceInTransactionOnly);
+    let guard = KeyedMutationGuard::new(units, config);
+    let first = pay(&guard, "pay-6", 5, 0, None).await.unwrap();
+    assert!(!replayed(&first));
+    let again = pay(&guard, "pay-6", 5, 0, None).await.unwrap();
+    assert!(replayed(&again));
+    assert_eq!(asked.counts(), (0, 2), "a read each, no claim");
+    assert_eq!(store.committed_business(), ["payment pay-6"]);
 }

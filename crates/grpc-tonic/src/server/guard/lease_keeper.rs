@@ -19,7 +19,9 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tonic::Status;
 
-/// A running keeper of one claim's lease; dropping it stops the renewals after the one under way.
+/// A running keeper of one claim's lease. Dropping it stops the renewals after the one under way:
+/// its `stop` sender goes with it, and the keeper's task ends when it sees the channel closed (a
+/// closed channel wakes `changed()` as a sent value does).
 pub(super) struct LeaseKeeper {
     stop: watch::Sender<bool>,
     cut: oneshot::Receiver<Status>,
@@ -65,12 +67,6 @@ impl LeaseKeeper {
     pub(super) async fn stop(mut self) {
         let _ = self.stop.send(true);
         let _ = (&mut self.task).await;
-    }
-}
-
-impl Drop for LeaseKeeper {
-    fn drop(&mut self) {
-        let _ = self.stop.send(true);
     }
 }
 
