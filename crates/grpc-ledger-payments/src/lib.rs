@@ -30,7 +30,7 @@ pub use postings::{
 };
 pub use server::{
     Faults, PaymentsService, authenticate, create_payment_method, insert_payment, load_payment,
-    prepare_database,
+    new_payment_id, prepare_database,
 };
 pub use store::{Store, key_hasher, open_ledger_store, open_store, serve, serve_mtls, service};
 

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use grpc_core_api::{DownstreamLabel, GrpcMethod, IdempotencyKey, KeyHasher, OutcomeReference};
 use grpc_core_api::{LedgerDurability, RequestSchema};
-use grpc_operation_ledger_seaorm::{LedgerConfig, SeaOrmUnitsOfWork};
+use grpc_operation_ledger_seaorm::{LedgerConfig, SeaOrmUnitsOfWork, store_error};
 use grpc_policy::{MethodCatalog, RandomSource, ServiceConfig, SplitMix64};
 use grpc_tonic::testing::AfterCommitFaults;
 use grpc_tonic::{
@@ -144,9 +144,7 @@ impl Postings for PostingsService {
                         account: request.account,
                         amount_minor: request.amount_minor,
                     };
-                    insert_posting(&txn, &posting).await.map_err(|_| {
-                        HandlerError::Transient(Status::unavailable("the postings store failed"))
-                    })?;
+                    insert_posting(&txn, &posting).await.map_err(store_error)?;
                     let outcome = OutcomeReference::parse(&posting_id)
                         .map_err(|_| HandlerError::Transient(Status::internal("bad posting id")))?;
                     Ok(Committed {
@@ -157,7 +155,7 @@ impl Postings for PostingsService {
                 |txn, outcome: OutcomeReference| async move {
                     load_posting(&*txn, outcome.as_str())
                         .await
-                        .map_err(|_| Status::unavailable("the postings store failed"))?
+                        .map_err(|error| Status::from(store_error(error)))?
                         .ok_or_else(|| Status::internal("a committed posting is missing"))
                 },
             )

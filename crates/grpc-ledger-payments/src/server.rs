@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use grpc_core_api::{GrpcMethod, LedgerUnitsOfWork, OutcomeReference};
-use grpc_operation_ledger_seaorm::SeaOrmUnitsOfWork;
+use grpc_operation_ledger_seaorm::{SeaOrmUnitsOfWork, store_error};
 use grpc_policy::{RandomSource, SplitMix64};
 use grpc_tonic::{
     CallerExtractor, Committed, HandlerError, KeyedMutationGuard, Resolved, RetentionConfig,
@@ -26,6 +26,26 @@ use crate::postings::Downstream;
 /// The method the guard protects.
 pub fn create_payment_method() -> GrpcMethod {
     GrpcMethod::parse("/payments.v1.Payments/CreatePayment").expect("a valid method name")
+}
+
+/// A new payment id: the payment's own, made when the payment is and stored as its operation's
+/// outcome, so that every replay answers with it. Never built from the request's fields: one
+/// account makes many payments, and an id made from the account would refuse the second as a
+/// duplicate key. Unique per process start (a prefix from the clock and the process id) and per
+/// call (a counter).
+pub fn new_payment_id() -> String {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    static PROCESS: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    let process = *PROCESS.get_or_init(|| {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |since| since.as_nanos() as u64);
+        nanos ^ u64::from(std::process::id()).rotate_left(40)
+    });
+    format!(
+        "pay-{process:016x}-{}",
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    )
 }
 
 /// Creates the business tables (the ledger's comes from its migrator): the payments, and which
@@ -252,15 +272,11 @@ impl Payments for PaymentsService {
                         }
                         payment.posting_id = posting.posting_id;
                     }
-                    insert_payment(&txn, &payment).await.map_err(|_| {
-                        HandlerError::Transient(Status::unavailable("the payments store failed"))
-                    })?;
+                    insert_payment(&txn, &payment).await.map_err(store_error)?;
                     if downstream.is_some() {
-                        insert_payment_posting(&txn, &payment).await.map_err(|_| {
-                            HandlerError::Transient(Status::unavailable(
-                                "the payments store failed",
-                            ))
-                        })?;
+                        insert_payment_posting(&txn, &payment)
+                            .await
+                            .map_err(store_error)?;
                     }
                     let outcome = OutcomeReference::parse(&payment_id)
                         .map_err(|_| HandlerError::Transient(Status::internal("bad payment id")))?;
@@ -272,7 +288,7 @@ impl Payments for PaymentsService {
                 |txn, outcome: OutcomeReference| async move {
                     load_payment(&*txn, outcome.as_str())
                         .await
-                        .map_err(|_| Status::unavailable("the payments store failed"))?
+                        .map_err(|error| Status::from(store_error(error)))?
                         .ok_or_else(|| Status::internal("a committed payment is missing"))
                 },
             )
@@ -312,7 +328,7 @@ impl Payments for PaymentsService {
                 let txn = units.begin().await.map_err(Status::from)?;
                 answer.payment = load_payment(&txn, outcome.as_str())
                     .await
-                    .map_err(|_| Status::unavailable("the payments store failed"))?;
+                    .map_err(|error| Status::from(store_error(error)))?;
                 units.commit(txn).await.map_err(Status::from)?;
             }
             Resolved::Failed(failure) => {

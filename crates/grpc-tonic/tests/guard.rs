@@ -867,3 +867,41 @@ async fn the_guard_reads_the_key_header_it_is_configured_with() {
     assert_eq!(runs.load(Ordering::SeqCst), 1);
     assert!(guard_config().with_key_header("X-Request-Id").is_err());
 }
+
+/// A terminal failure with a code that says "try again" would replay a passing fault as final:
+/// the guard refuses to record it (INTERNAL, nothing of the call committed), and the resend runs
+/// the handler afresh.
+#[tokio::test]
+async fn a_terminal_failure_with_a_transient_code_is_refused_not_recorded() {
+    for code in [
+        Code::Unavailable,
+        Code::Aborted,
+        Code::DeadlineExceeded,
+        Code::ResourceExhausted,
+        Code::Cancelled,
+    ] {
+        let (store, guard, runs) = fresh();
+        let refused = pay(
+            &guard,
+            request(11, Some("transient-terminal"), Some("a")),
+            &runs,
+            Err(HandlerError::Terminal(Status::new(code, "store down"))),
+        )
+        .await
+        .unwrap_err();
+        assert_eq!(refused.code(), Code::Internal, "{code:?}");
+        assert!(refused.message().contains("retry may succeed"), "{code:?}");
+        let resent = pay(
+            &guard,
+            request(11, Some("transient-terminal"), Some("a")),
+            &runs,
+            Ok(()),
+        )
+        .await
+        .unwrap();
+        assert_eq!(resent.get_ref(), "payment-11", "{code:?}");
+        assert_eq!(store.committed_business(), ["payment-11"], "{code:?}");
+    }
+    assert!(!HandlerError::is_transient_code(Code::FailedPrecondition));
+    assert!(!HandlerError::is_transient_code(Code::InvalidArgument));
+}

@@ -36,6 +36,10 @@ pub struct GuardConfig {
     /// renewed all the while: past it the renewals stop, and the handler is cut when the last
     /// lease runs out. The other modes bound a unit of work by the lease itself.
     pub longest_handler: Duration,
+    /// How long a unit's COMMIT may take once sent, apart from the lease that bounds the work
+    /// before it: a COMMIT still unanswered after it is dropped and the caller told its outcome is
+    /// unknown (UNAVAILABLE, `OUTCOME_UNKNOWN`), never that it was rolled back. 5 s by default.
+    pub commit_wait: Duration,
     /// The methods that carry their idempotency key in a string field of their request (Google's
     /// APIs' `request_id`, AIP-155), by full method name, with the field's name: the key is read
     /// from there (validated, hashed and isolated as the metadata's), and a request that carries
@@ -85,6 +89,7 @@ impl GuardConfig {
             request_schema: Arc::new(request_schema),
             mode: GuardMode::ClaimFirst,
             longest_handler: Duration::from_secs(10 * 60),
+            commit_wait: Duration::from_secs(5),
             key_fields: Arc::default(),
         }
     }
@@ -116,9 +121,16 @@ impl GuardConfig {
         self
     }
 
-    /// How long one guarded call's units of work may take in all before they are dropped (and so
-    /// rolled back): the lease, or under [`GuardMode::ClaimCommittedFirst`] the longest handler
-    /// and two leases (the last renewed one, and the transition's and commits' time after it).
+    /// This configuration with each COMMIT allowed `wait` once sent.
+    pub fn with_commit_wait(mut self, wait: Duration) -> Self {
+        self.commit_wait = wait;
+        self
+    }
+
+    /// How long one guarded call's work may take in all, commits apart, before its unit is
+    /// dropped (and so rolled back, its COMMIT never sent): the lease, or under
+    /// [`GuardMode::ClaimCommittedFirst`] the longest handler and two leases (the last renewed
+    /// one, and the transition's time after it).
     pub(super) fn unit_time_bound(&self) -> Duration {
         match self.mode {
             GuardMode::ClaimCommittedFirst => self.longest_handler + 2 * self.lease.get(),

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use grpc_core_api::{OutcomeReference, RecordedFailure};
+use grpc_core_api::{LedgerError, OutcomeReference, RecordedFailure};
 use tonic::Status;
 
 /// What a handler returns when its business write succeeded: the response, and the reference a
@@ -20,11 +20,40 @@ pub struct Committed<R> {
 pub enum HandlerError {
     /// A business refusal that a retry must see again (insufficient funds): recorded with the
     /// claim, committed, and replayed to every duplicate. The handler should have written nothing
-    /// it does not mean to keep, since the unit of work commits.
+    /// it does not mean to keep, since the unit of work commits. Its code must be one a retry
+    /// cannot change: a code that says "try again" ([`HandlerError::is_transient_code`]:
+    /// UNAVAILABLE, ABORTED, DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED, CANCELLED) recorded for ever
+    /// would replay a passing fault as final, so the guard refuses it (INTERNAL, nothing
+    /// recorded, the unit rolled back).
     Terminal(Status),
-    /// A fault that a retry may not meet again (a dependency timed out): the unit of work rolls
-    /// back, claim included, so a retry runs afresh.
+    /// Not the operation's answer: a fault a retry may not meet again (a dependency timed out),
+    /// or a store error in the handler's own statements. The unit of work rolls back, claim
+    /// included, nothing is recorded, and the status goes to the caller: a retry runs afresh if
+    /// the caller's policy retries its code (UNAVAILABLE, say, but not INTERNAL).
     Transient(Status),
+}
+
+impl From<LedgerError> for HandlerError {
+    /// A store error of the handler's own statements, as the ledger classifies it
+    /// (`grpc_operation_ledger_seaorm::store_error` for a SeaORM error): never recorded, and
+    /// answered with the classified status. UNAVAILABLE only when the store failed;
+    /// `OUTCOME_UNKNOWN` when a commit got no verdict; INTERNAL for a bug such as a duplicate
+    /// primary key, which a retry would only meet again. So `insert(&txn).await.map_err(store_error)?`
+    /// never turns a bug into "the store is down".
+    fn from(error: LedgerError) -> Self {
+        HandlerError::Transient(error.into())
+    }
+}
+
+impl HandlerError {
+    /// Whether `code` says a retry may succeed, so that no terminal failure may carry it.
+    pub fn is_transient_code(code: tonic::Code) -> bool {
+        use tonic::Code::*;
+        matches!(
+            code,
+            Unavailable | Aborted | DeadlineExceeded | ResourceExhausted | Cancelled
+        )
+    }
 }
 
 /// What became of a keyed operation, as the ledger records it: what a service's resolve RPC

@@ -7,6 +7,7 @@
 //! a task of its own. `committed_claim` runs the third protocol, whose claim commits in a unit of
 //! its own before the handler, with `lease_keeper` renewing the claim while the handler runs. `config` is what a service sets; `handler` the types its handler speaks.
 
+mod bounds;
 mod claim_first;
 mod committed_claim;
 mod config;
@@ -29,7 +30,7 @@ use prost::Message;
 use tonic::metadata::MetadataMap;
 use tonic::{Extensions, Request, Response, Status};
 
-use self::unit::to_the_end;
+use self::bounds::to_the_end;
 use super::caller::{AuthenticatedPrincipalExtractor, CallerExtractor};
 use super::retention::{RetentionConfig, RetentionWorker};
 use crate::metrics::{LedgerAnswer, ServerMetrics};
@@ -225,19 +226,23 @@ where
         let resend = says_it_is_a_resend(&metadata);
         let guard = self.clone();
         let method = method.clone();
-        to_the_end(self.config.unit_time_bound(), async move {
-            guard
-                .run_unit(
-                    &method,
-                    identity,
-                    fingerprint,
-                    resend,
-                    message,
-                    handler,
-                    replay,
-                )
-                .await
-        })
+        to_the_end(
+            self.config.unit_time_bound(),
+            self.config.commit_wait,
+            async move {
+                guard
+                    .run_unit(
+                        &method,
+                        identity,
+                        fingerprint,
+                        resend,
+                        message,
+                        handler,
+                        replay,
+                    )
+                    .await
+            },
+        )
         .await
     }
 
@@ -282,12 +287,16 @@ where
         let identity = self.identity(method, metadata, extensions)?;
         let guard = self.clone();
         // In a task of its own, for the reason `run` gives.
-        let found = to_the_end(self.config.lease.get(), async move {
-            let transaction = Arc::new(guard.units.begin().await.map_err(Status::from)?);
-            let found = guard.units.ledger(&transaction).look_up(&identity).await;
-            guard.roll_back(transaction).await;
-            found.map_err(Status::from)
-        })
+        let found = to_the_end(
+            self.config.lease.get(),
+            self.config.commit_wait,
+            async move {
+                let transaction = Arc::new(guard.units.begin().await.map_err(Status::from)?);
+                let found = guard.units.ledger(&transaction).look_up(&identity).await;
+                guard.roll_back(transaction).await;
+                found.map_err(Status::from)
+            },
+        )
         .await?;
         Ok(match found {
             None => Resolved::NotFound,

@@ -3,7 +3,7 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use grpc_core_api::{
     CallerFingerprint, Completion, GrpcMethod, GrpcOperationIdentity, LedgerUnitsOfWork,
@@ -14,6 +14,7 @@ use prost::Message;
 use tonic::metadata::{MetadataMap, MetadataValue};
 use tonic::{Code, Response, Status};
 
+use super::bounds::{commit_phase, cut_while_working};
 use super::{Committed, GuardMode, HandlerError, KeyedMutationGuard};
 use crate::metrics::LedgerAnswer;
 
@@ -173,13 +174,18 @@ where
         answer
     }
 
-    /// Commits the unit of work the guard began; a failed commit is the answer (the outcome did
-    /// not take effect, or is unknown and a keyed retry will find out).
+    /// Commits the unit of work the guard began, under the commit's own time bound
+    /// ([`commit_phase`]); a failed commit is the answer (it did not take effect, or its outcome
+    /// is unknown and a keyed retry will find out: `OUTCOME_UNKNOWN`).
     pub(super) async fn commit(&self, transaction: Arc<U::Transaction>) -> Result<(), Status> {
         let transaction = Arc::try_unwrap(transaction).map_err(|_| {
             Status::internal("a handler kept the unit of work's transaction past its call")
         })?;
-        self.units.commit(transaction).await.map_err(Status::from)
+        match commit_phase(self.units.commit(transaction)).await {
+            Some(committed) => committed.map_err(Status::from),
+            // The work's bound cut the unit first: the transaction, never committed, is dropped.
+            None => Err(cut_while_working()),
+        }
     }
 
     /// Rolls back the unit of work the guard began. A rollback that fails changes nothing the
@@ -220,6 +226,18 @@ pub(super) fn recorded<R>(
 /// in a form the store keeps, while this caller still gets the handler's status as it was.
 fn terminal_failure(failed: HandlerError) -> Result<(RecordedFailure, Status), Status> {
     match failed {
+        HandlerError::Terminal(status) if HandlerError::is_transient_code(status.code()) => {
+            tracing::error!(
+                code = ?status.code(),
+                "a handler returned a terminal failure with a code that says a retry may succeed; \
+                 it is not recorded (return HandlerError::Transient for a passing fault)"
+            );
+            Err(Status::internal(format!(
+                "the handler's terminal failure carries {:?}, which says a retry may succeed: not \
+                 recorded, and nothing of the call took effect",
+                status.code()
+            )))
+        }
         HandlerError::Terminal(status) => match RecordedFailure::from_status(&status) {
             Some(failure) => Ok((failure, status)),
             None => Err(Status::internal("a terminal failure needs a non-OK status")),
@@ -248,28 +266,4 @@ pub(super) enum Before {
     RunHandler { claimed: Option<Version> },
     /// The operation already finished: replay this record.
     Replay(Box<OperationRecord>),
-}
-
-/// Runs `unit` to its end in a task of its own, whatever becomes of the caller's future, but for
-/// at most `lease`: a unit that outlives its claim's lease (a handler waiting on something that
-/// never answers) is dropped and so rolled back, since by then another attempt may take its claim
-/// over and its commit would be fenced anyway; it must not hold its connection and its row lock
-/// for ever. A unit that panicked, or was cut off by the runtime shutting down, is an error of
-/// the server.
-pub(super) async fn to_the_end<T: Send + 'static>(
-    lease: Duration,
-    unit: impl Future<Output = Result<T, Status>> + Send + 'static,
-) -> Result<T, Status> {
-    let bounded = async move {
-        tokio::time::timeout(lease, unit).await.unwrap_or_else(|_| {
-            Err(Status::unavailable(
-                "the unit of work outlived its lease and was rolled back",
-            ))
-        })
-    };
-    match tokio::spawn(bounded).await {
-        Ok(answer) => answer,
-        Err(error) if error.is_panic() => Err(Status::internal("the unit of work panicked")),
-        Err(_) => Err(Status::unavailable("the server is shutting down")),
-    }
 }
