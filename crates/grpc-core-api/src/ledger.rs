@@ -240,6 +240,14 @@ pub trait LedgerUnitsOfWork: Send + Sync {
     /// Begins a unit of work.
     async fn begin(&self) -> Result<Self::Transaction, LedgerError>;
 
+    /// Begins a unit of work that only reads (a resolve RPC's look-up): read-only where the store
+    /// has such transactions, and never holding a write lock (SQLite's single writer is left to
+    /// the claims). Roll it back when done. The default begins an ordinary unit, for stores where
+    /// a read costs nothing more in one.
+    async fn begin_read(&self) -> Result<Self::Transaction, LedgerError> {
+        self.begin().await
+    }
+
     /// The ledger running inside `transaction`.
     fn ledger<'t>(&self, transaction: &'t Self::Transaction) -> Box<dyn GrpcOperationLedger + 't>;
 
@@ -261,6 +269,10 @@ impl<U: LedgerUnitsOfWork> LedgerUnitsOfWork for std::sync::Arc<U> {
 
     async fn begin(&self) -> Result<Self::Transaction, LedgerError> {
         (**self).begin().await
+    }
+
+    async fn begin_read(&self) -> Result<Self::Transaction, LedgerError> {
+        (**self).begin_read().await
     }
 
     fn ledger<'t>(&self, transaction: &'t Self::Transaction) -> Box<dyn GrpcOperationLedger + 't> {

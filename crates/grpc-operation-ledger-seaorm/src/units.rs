@@ -5,8 +5,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use grpc_core_api::{GrpcOperationLedger, LedgerDurability, LedgerError, LedgerUnitsOfWork};
 use sea_orm::{
-    ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbBackend, DbErr, IsolationLevel,
-    SqliteTransactionMode, TransactionOptions, TransactionTrait,
+    AccessMode, ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbBackend, DbErr,
+    IsolationLevel, SqliteTransactionMode, TransactionOptions, TransactionTrait,
 };
 
 use crate::error::{Phase, found_dead_connection, map_db_err};
@@ -36,18 +36,21 @@ impl SeaOrmUnitsOfWork {
         &self.db
     }
 
-    /// A transaction for reading around the port (an operator's listing, statistics, a look-up),
+    /// A transaction for reading (a resolve RPC's look-up, an operator's listing, statistics),
     /// prepared for the pooler as a unit of work is and with its lock waits bounded by the claim
-    /// wait, but deferred on SQLite: a read takes no write lock there, so it never stalls the
-    /// server's claims. Roll it back when done.
+    /// wait: `READ ONLY` on PostgreSQL and MariaDB/MySQL, and deferred on SQLite, where a read
+    /// takes no write lock, so it never stalls the server's claims. Roll it back when done.
     pub async fn begin_read(&self) -> Result<DatabaseTransaction, LedgerError> {
-        begin_unit(
-            &self.db,
-            TransactionOptions::default(),
-            Some(self.claim_wait),
-        )
-        .await
-        .map_err(|e| map_db_err(e, Phase::Other))
+        // SQLite has no read-only transactions (a deferred one that only reads is one).
+        let access_mode =
+            (self.db.get_database_backend() != DbBackend::Sqlite).then_some(AccessMode::ReadOnly);
+        let options = TransactionOptions {
+            access_mode,
+            ..TransactionOptions::default()
+        };
+        begin_unit(&self.db, options, Some(self.claim_wait))
+            .await
+            .map_err(|e| map_db_err(e, Phase::Other))
     }
 }
 
@@ -74,6 +77,10 @@ impl LedgerUnitsOfWork for SeaOrmUnitsOfWork {
         begin_unit(&self.db, options, Some(self.claim_wait))
             .await
             .map_err(|e| map_db_err(e, Phase::Other))
+    }
+
+    async fn begin_read(&self) -> Result<DatabaseTransaction, LedgerError> {
+        SeaOrmUnitsOfWork::begin_read(self).await
     }
 
     fn ledger<'t>(

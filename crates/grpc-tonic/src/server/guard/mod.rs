@@ -291,7 +291,9 @@ where
             self.config.lease.get(),
             self.config.commit_wait,
             async move {
-                let transaction = Arc::new(guard.units.begin().await.map_err(Status::from)?);
+                // A read-only unit: a look-up takes no write lock (SQLite's one writer stays
+                // with the claims).
+                let transaction = Arc::new(guard.units.begin_read().await.map_err(Status::from)?);
                 let found = guard.units.ledger(&transaction).look_up(&identity).await;
                 guard.roll_back(transaction).await;
                 found.map_err(Status::from)
