@@ -54,5 +54,7 @@ pub use record::{
     ClaimOutcome, Completion, LeaseDuration, OperationRecord, OperationState, OutcomeReference,
     RecordOutcome, RecordedFailure, Version,
 };
-pub use status::{ERROR_INFO_DOMAIN, ErrorReason, REPLAYED_METADATA_KEY, says_outcome_unknown};
+pub use status::{
+    ERROR_INFO_DOMAIN, ErrorReason, REPLAYED_METADATA_KEY, says_in_flight, says_outcome_unknown,
+};
 pub use unit_per_call::UnitPerCall;

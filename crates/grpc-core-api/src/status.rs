@@ -128,13 +128,48 @@ impl From<LedgerError> for Status {
     }
 }
 
+impl ErrorReason {
+    /// Every reason.
+    pub const ALL: [ErrorReason; 11] = [
+        Self::IdempotencyKeyMissing,
+        Self::IdempotencyKeyInvalid,
+        Self::ArgumentInvalid,
+        Self::IdempotencyKeyReused,
+        Self::IdempotencyInFlight,
+        Self::IdempotencyNotClaimed,
+        Self::IdempotencyAlreadyCompleted,
+        Self::IdempotencyOwnershipLost,
+        Self::LedgerUnavailable,
+        Self::OutcomeUnknown,
+        Self::LedgerInternal,
+    ];
+
+    /// The reason `status` carries in its `google.rpc.ErrorInfo`, when it is one of this
+    /// workspace's (its domain is [`ERROR_INFO_DOMAIN`]).
+    pub fn of(status: &Status) -> Option<ErrorReason> {
+        let info = status.get_details_error_info()?;
+        if info.domain != ERROR_INFO_DOMAIN {
+            return None;
+        }
+        Self::ALL
+            .into_iter()
+            .find(|reason| reason.as_str() == info.reason)
+    }
+}
+
 /// Whether `status` says that its call's outcome is unknown: the server sent the unit of work to
 /// commit and got no verdict (`ErrorInfo` reason `OUTCOME_UNKNOWN` in this workspace's domain).
 /// A client treats it as an attempt that got no answer: a keyed call resolves it by resending
 /// with its key before anything else; nothing reports it as "did not happen".
 pub fn says_outcome_unknown(status: &Status) -> bool {
     status.code() == Code::Unavailable
-        && status.get_details_error_info().is_some_and(|info| {
-            info.domain == ERROR_INFO_DOMAIN && info.reason == ErrorReason::OutcomeUnknown.as_str()
-        })
+        && ErrorReason::of(status) == Some(ErrorReason::OutcomeUnknown)
+}
+
+/// Whether `status` is a guard's answer to a copy of an operation another attempt is running
+/// (ABORTED, `IDEMPOTENCY_IN_FLIGHT`): not the operation's answer, which that other attempt will
+/// give.
+pub fn says_in_flight(status: &Status) -> bool {
+    status.code() == Code::Aborted
+        && ErrorReason::of(status) == Some(ErrorReason::IdempotencyInFlight)
 }

@@ -3,6 +3,7 @@
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use grpc_core_api::{says_in_flight, says_outcome_unknown};
 use grpc_policy::{GrpcRetryEligibility, HedgingPolicy, Pushback};
 use tokio::task::JoinSet;
 use tonic::body::Body;
@@ -86,7 +87,15 @@ impl Shared {
                         let response = counted_by_budget(response, self.budget.as_ref(), non_fatal);
                         return (Ok(response), counts(sent, idle));
                     }
-                    if !non_fatal.contains(code) {
+                    // A copy that met its own twin in flight (the guard's ABORTED), or whose
+                    // commit got no verdict, is not the operation's answer while another copy is
+                    // out: that copy holds the claim, or may yet answer. Wait for it.
+                    if waits_for_a_twin(&end) && !attempts.is_empty() {
+                        tracing::info!(method = %call.method, ?code, "hedging decision: another copy holds the operation; wait for it");
+                        last = Some(end);
+                        continue;
+                    }
+                    if !non_fatal.contains(code) && !waits_for_a_twin(&end) {
                         tracing::info!(method = %call.method, ?code, "hedging decision: a fatal status is the answer");
                         return (end.into_answer(), counts(sent, idle));
                     }
@@ -96,6 +105,9 @@ impl Shared {
                     match &end {
                         AttemptEnd::Failed { advice: ServerAdvice { pushback: Some(Pushback::DoNotRetry), .. }, .. } => stop_sending = true,
                         AttemptEnd::Failed { advice: ServerAdvice { pushback: Some(Pushback::RetryAfter(wait)), .. }, .. } => next_at = Instant::now() + *wait,
+                        // The server's RetryInfo (the lease left of a copy in flight), as the
+                        // retry loop honours it.
+                        AttemptEnd::Failed { advice: ServerAdvice { retry_info: Some(wait), .. }, .. } => next_at = Instant::now() + *wait,
                         // A6: after a non-fatal status the next copy goes at once.
                         _ => next_at = Instant::now(),
                     }
@@ -108,6 +120,13 @@ impl Shared {
             }
         }
     }
+}
+
+/// Whether `end` is a keyed copy's non-answer: the guard's "another attempt is running it"
+/// (ABORTED, `IDEMPOTENCY_IN_FLIGHT`), or "my commit got no verdict" (`OUTCOME_UNKNOWN`).
+fn waits_for_a_twin(end: &AttemptEnd) -> bool {
+    matches!(end, AttemptEnd::Failed { status, .. }
+        if says_in_flight(status) || says_outcome_unknown(status))
 }
 
 async fn sleep_until_deadline(deadline: Option<tokio::time::Instant>) {
