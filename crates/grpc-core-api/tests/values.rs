@@ -392,3 +392,11 @@ fn key_error_messages_depend_only_on_length_and_position() {
         assert_eq!(error.to_string(), masked_error.to_string());
     }
 }
+
+/// A key's `Debug` form (what a `{:?}` in a log line prints) says how long it is and never what
+/// it is.
+#[test]
+fn a_keys_debug_form_never_shows_the_key() {
+    let key = IdempotencyKey::parse("secret-key-42").unwrap();
+    assert_eq!(format!("{key:?}"), "IdempotencyKey(<redacted, 13 bytes>)");
+}

@@ -130,7 +130,7 @@ async fn a_commit_slower_than_the_lease_is_not_cut_by_it() {
         setup.commit_takes_ms.store(300, Ordering::SeqCst);
         let answer = pay(&setup, "slow-commit", Duration::ZERO).await;
         assert_eq!(
-            answer.map_err(|s| s.code()),
+            answer.map_err(|s| (s.code(), s.message().to_owned())),
             Ok("paid".to_owned()),
             "{mode:?}"
         );
@@ -193,4 +193,22 @@ async fn a_handler_past_its_lease_is_rolled_back_and_said_to_be() {
         assert!(setup.store.committed_business().is_empty(), "{mode:?}");
         assert_eq!(setup.runs.load(Ordering::SeqCst), 1);
     }
+}
+
+/// Claim-committed-first commits its claim, then works on: the commit's short bound ends with
+/// that commit, and the handler after it runs under the work's bound (the longest handler), not
+/// the commit's.
+#[tokio::test]
+async fn the_commit_bound_ends_with_the_claims_commit() {
+    let setup = setup(
+        GuardMode::ClaimCommittedFirst,
+        Duration::from_secs(2),
+        Duration::from_millis(100),
+    );
+    let answer = pay(&setup, "long-after-claim", Duration::from_millis(400)).await;
+    assert_eq!(answer.map_err(|s| s.code()), Ok("paid".to_owned()));
+    assert_eq!(
+        setup.store.committed_business(),
+        ["payment long-after-claim"]
+    );
 }

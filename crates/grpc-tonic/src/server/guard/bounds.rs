@@ -21,12 +21,14 @@ tokio::task_local! {
 }
 
 /// Where a unit of work is, as the bound that watches it must know: working (nothing sent to
-/// commit), committing (a COMMIT on its way, since when), or cut (the bound ended it while it
-/// worked; it must not commit).
+/// commit since the last commit that went on to more work), committing (a COMMIT on its way,
+/// since when), finished (its last COMMIT answered: only its answer is left to give), or cut (the
+/// bound ended it while it worked; it must not commit).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
     Working,
     Committing { since: Instant },
+    Finished,
     Cut,
 }
 
@@ -64,11 +66,12 @@ impl UnitPhase {
         true
     }
 
-    /// Committing → working (claim-committed-first works on after its claim's commit).
-    fn end_commit(&self) {
+    /// Committing → `next`: working again (claim-committed-first works on after its claim's
+    /// commit), or finished (the unit's last commit, whatever it answered).
+    fn end_commit(&self, next: Phase) {
         let mut phase = self.phase.lock().unwrap_or_else(|p| p.into_inner());
         if matches!(*phase, Phase::Committing { .. }) {
-            *phase = Phase::Working;
+            *phase = next;
         }
         self.changed.notify_one();
     }
@@ -83,13 +86,23 @@ impl UnitPhase {
     }
 }
 
+/// What a unit does after a COMMIT.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum AfterCommit {
+    /// Nothing but give its answer: the work's bound no longer applies.
+    Answers,
+    /// More work, under the work's bound again, if the commit succeeded (claim-committed-first's
+    /// handler after its claim's commit).
+    WorksOn,
+}
+
 /// Runs `commit` as the unit's COMMIT: under the commit's own bound rather than the work's, or not
-/// at all when the work's bound has already cut the unit (then `cut` is the answer, and the
-/// caller rolls back). Outside a bounded unit it just runs.
-pub(super) async fn commit_phase<F>(commit: F) -> Option<F::Output>
-where
-    F: Future,
-{
+/// at all when the work's bound has already cut the unit (then `None`, and the caller answers
+/// [`cut_while_working`]). Outside a bounded unit it just runs.
+pub(super) async fn commit_phase<T, E>(
+    after: AfterCommit,
+    commit: impl Future<Output = Result<T, E>>,
+) -> Option<Result<T, E>> {
     let phase = PHASE.try_with(Arc::clone).ok();
     if let Some(phase) = &phase
         && !phase.begin_commit()
@@ -98,16 +111,23 @@ where
     }
     let committed = commit.await;
     if let Some(phase) = phase {
-        phase.end_commit();
+        let works_on = after == AfterCommit::WorksOn && committed.is_ok();
+        phase.end_commit(if works_on {
+            Phase::Working
+        } else {
+            Phase::Finished
+        });
     }
     Some(committed)
 }
 
-/// The answer for a unit cut while it worked: nothing of it was sent to commit.
+/// The answer for a unit cut while it worked: the work since its last commit was never sent to
+/// commit, and the operation did not take effect (under claim-committed-first only its claim had
+/// committed, and it is handed on).
 pub(super) fn cut_while_working() -> Status {
     Status::unavailable(
-        "the unit of work outlived its time bound before it committed; it was rolled back and \
-         nothing of it took effect",
+        "the call's work outlived its time bound and was rolled back before it committed; the \
+         operation did not take effect",
     )
 }
 
@@ -128,8 +148,10 @@ pub(super) async fn to_the_end<T: Send + 'static>(
     let work_ends = Instant::now() + work;
     loop {
         let deadline = match phase.get() {
-            Phase::Committing { since } => since + commit_wait,
-            _ => work_ends,
+            Phase::Committing { since } => Some(since + commit_wait),
+            Phase::Working => Some(work_ends),
+            // Its last commit answered (or it was cut): nothing is left to bound.
+            Phase::Finished | Phase::Cut => None,
         };
         tokio::select! {
             joined = &mut task => {
@@ -146,7 +168,7 @@ pub(super) async fn to_the_end<T: Send + 'static>(
                     )),
                 };
             }
-            () = tokio::time::sleep_until(deadline) => match phase.try_cut() {
+            () = sleep_until(deadline) => match phase.try_cut() {
                 Phase::Cut => {
                     task.abort();
                     return Err(cut_while_working());
@@ -160,6 +182,13 @@ pub(super) async fn to_the_end<T: Send + 'static>(
             },
             () = phase.changed.notified() => {}
         }
+    }
+}
+
+async fn sleep_until(deadline: Option<Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline).await,
+        None => std::future::pending().await,
     }
 }
 

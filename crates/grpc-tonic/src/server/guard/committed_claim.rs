@@ -18,6 +18,7 @@ use prost::Message;
 use tokio::time::Instant;
 use tonic::{Response, Status};
 
+use super::bounds::AfterCommit;
 use super::lease_keeper::{KeptClaim, LeaseKeeper};
 use super::unit::{Before, recorded};
 use super::{Committed, HandlerError, KeyedMutationGuard};
@@ -79,7 +80,7 @@ where
                     .await;
             }
         };
-        if let Err(status) = self.commit(transaction).await {
+        if let Err(status) = self.commit_then(transaction, AfterCommit::WorksOn).await {
             // The claim may have committed all the same (an unknown outcome): hand it on.
             self.release(&identity, version).await;
             return Err(status);

@@ -14,7 +14,7 @@ use prost::Message;
 use tonic::metadata::{MetadataMap, MetadataValue};
 use tonic::{Code, Response, Status};
 
-use super::bounds::{commit_phase, cut_while_working};
+use super::bounds::{AfterCommit, commit_phase, cut_while_working};
 use super::{Committed, GuardMode, HandlerError, KeyedMutationGuard};
 use crate::metrics::LedgerAnswer;
 
@@ -174,14 +174,23 @@ where
         answer
     }
 
-    /// Commits the unit of work the guard began, under the commit's own time bound
+    /// Commits the unit of work the guard began, its last, under the commit's own time bound
     /// ([`commit_phase`]); a failed commit is the answer (it did not take effect, or its outcome
     /// is unknown and a keyed retry will find out: `OUTCOME_UNKNOWN`).
     pub(super) async fn commit(&self, transaction: Arc<U::Transaction>) -> Result<(), Status> {
+        self.commit_then(transaction, AfterCommit::Answers).await
+    }
+
+    /// [`commit`](Self::commit), saying what the unit does after it.
+    pub(super) async fn commit_then(
+        &self,
+        transaction: Arc<U::Transaction>,
+        after: AfterCommit,
+    ) -> Result<(), Status> {
         let transaction = Arc::try_unwrap(transaction).map_err(|_| {
             Status::internal("a handler kept the unit of work's transaction past its call")
         })?;
-        match commit_phase(self.units.commit(transaction)).await {
+        match commit_phase(after, self.units.commit(transaction)).await {
             Some(committed) => committed.map_err(Status::from),
             // The work's bound cut the unit first: the transaction, never committed, is dropped.
             None => Err(cut_while_working()),
