@@ -137,9 +137,14 @@ impl LedgerUnitsOfWork for SeaOrmUnitsOfWork {
 /// once, as UNAVAILABLE.
 pub(crate) async fn begin_unit(
     db: &DatabaseConnection,
-    options: TransactionOptions,
+    mut options: TransactionOptions,
     lock_wait: Option<Duration>,
 ) -> Result<DatabaseTransaction, DbErr> {
+    // On PostgreSQL the access mode goes with the unit's set-up message below, in the simple
+    // query protocol: the driver would send its own `SET TRANSACTION` as a prepared statement,
+    // which a transaction pooler cannot carry.
+    let read_only = db.get_database_backend() == DbBackend::Postgres
+        && options.access_mode.take() == Some(AccessMode::ReadOnly);
     // Begun in a task of its own, so that a caller dropped mid-way (a cancelled request) cannot
     // leave the server in a transaction the driver does not know it began: the next user of
     // that pooled connection would run inside it (PostgreSQL) or fail to set its isolation level
@@ -167,6 +172,10 @@ pub(crate) async fn begin_unit(
         return Ok(transaction);
     }
     let mut setup = Vec::new();
+    if read_only {
+        // First: `SET TRANSACTION` must come before the transaction's first query.
+        setup.push("SET TRANSACTION READ ONLY".to_owned());
+    }
     if drops_others_statements {
         setup.push("DEALLOCATE ALL".to_owned());
     }

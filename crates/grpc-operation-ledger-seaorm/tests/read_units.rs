@@ -67,3 +67,13 @@ async fn on_postgres_a_read_unit_is_read_only() {
 async fn on_mariadb_a_read_unit_is_read_only() {
     a_read_unit_refuses_writes(Store::MariaDb).await;
 }
+
+/// Through PgBouncer in transaction pooling: `READ ONLY` goes with the unit's set-up message in
+/// the simple query protocol (the driver's own `SET TRANSACTION` is a prepared statement, which
+/// the pooler loses between transactions).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn behind_a_transaction_pooler_a_read_unit_is_read_only() {
+    for _ in 0..3 {
+        a_read_unit_refuses_writes(Store::PostgresBehindTransactionPooler).await;
+    }
+}
