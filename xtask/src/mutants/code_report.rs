@@ -6,7 +6,10 @@ use std::path::Path;
 
 use anyhow::{Context, Result};
 
-use super::code::{GroupRun, Verdict};
+use super::code::{Group, GroupRun, Verdict};
+
+/// How the report names the groups it has no run of (read back by the freshness test).
+pub(crate) const NOT_RUN: &str = "Not run yet: ";
 
 /// The reviewed explanations: rows `` | `file: change` | why | `` of the equivalence file.
 pub(crate) struct Equivalents(Vec<(String, String)>);
@@ -131,13 +134,15 @@ pub(crate) fn summary(runs: &[GroupRun]) -> String {
 /// The report in Markdown.
 pub(crate) fn render(runs: &[GroupRun], goal: f64) -> String {
     let mut out = format!(
-        "# Code mutants of the decision code\n\n\
+        "# Code mutants of the decision code and the adapters\n\n\
          Written by `cargo xtask mutants code` (do not edit by hand): cargo-mutants mutates the \
          server guard (`grpc-tonic`), the retry policy's eligibility, budget and backoff \
-         (`grpc-policy`) and the core types' identity, canonical fingerprint and key handling \
-         (`grpc-core-api`) one change at a time (a function's body replaced by a plausible value, \
-         an operator swapped, a condition negated, a match arm deleted) and runs the tests of the \
-         mutated crate against each. A mutant is *killed* when a test fails, *timed out* when the \
+         (`grpc-policy`), the core types' identity, canonical fingerprint and key handling \
+         (`grpc-core-api`), and the adapters' own code (the in-memory double; the SeaORM \
+         adapter's ledger, units and error classification) one change at a time (a function's \
+         body replaced by a plausible value, an operator swapped, a condition negated, a match arm \
+         deleted) and runs the tests of the mutated crate against each (an adapter: the contract \
+         suite on its stores). A mutant is *killed* when a test fails, *timed out* when the \
          tests hang past cargo-mutants' bound (counted as killed), *unviable* when it does not \
          compile (not counted). The goal: at least {:.0}% of the viable mutants of each group \
          killed, and every survivor explained in `code-equivalent.md` (reviewed like code) or a \
@@ -151,6 +156,14 @@ pub(crate) fn render(runs: &[GroupRun], goal: f64) -> String {
         let c = counts(run.mutants.iter().map(|m| &m.verdict));
         let name = format!("{:?} (`{}` tests)", run.group, run.group.package());
         row(&mut out, &name, &c, "");
+    }
+    let not_run: Vec<&str> = Group::ALL
+        .iter()
+        .filter(|group| !runs.iter().any(|run| run.group == **group))
+        .map(|group| group.name())
+        .collect();
+    if !not_run.is_empty() {
+        let _ = writeln!(out, "\n{NOT_RUN}{}.", not_run.join(", "));
     }
     out.push_str("\n## By file\n\n| file | mutants | unviable | killed | timed out | explained | unexplained | killed of viable |\n|---|---|---|---|---|---|---|---|\n");
     for run in runs {

@@ -1,4 +1,5 @@
-//! The contract suite on the in-memory double.
+//! The contract suite on the in-memory double (here, beside the double, so that its own tests
+//! judge it: `cargo xtask mutants code --group memory` mutates it against them).
 
 use std::time::Duration;
 
