@@ -51,13 +51,13 @@ pub enum LedgerDurability {
 ///
 /// # Transitions
 ///
-/// - `mark_committed` and `mark_failed` MUST each be one conditional update of the row in
-///   `IN_PROGRESS` at the given version, setting the state and completion time and bumping the
-///   version; they return the new version.
-/// - When that update changes nothing, they MUST NOT report success: they MUST return
-///   `NotClaimed` when there is no row, `AlreadyCompleted` when the row finished (leaving its
-///   outcome unchanged) and `LostOwnership` when the row is in progress at another version. Both
-///   transitions MUST answer a missing claim the same way.
+/// - `mark_finished` (which `mark_committed` and `mark_failed` call) MUST be one conditional
+///   update of the row in `IN_PROGRESS` at the given version, setting the state, the outcome or
+///   failure and the completion time and bumping the version; it returns the new version.
+/// - When that update changes nothing, it MUST NOT report success: it MUST return `NotClaimed`
+///   when there is no row, `AlreadyCompleted` when the row finished (leaving its outcome
+///   unchanged) and `LostOwnership` when the row is in progress at another version, whichever
+///   completion it was given.
 ///
 /// # Transactions
 ///
@@ -105,22 +105,6 @@ pub trait GrpcOperationLedger: Send + Sync {
         lease: LeaseDuration,
     ) -> Result<ClaimOutcome, LedgerError>;
 
-    /// Finishes a claimed operation successfully; returns the row's new version.
-    async fn mark_committed(
-        &self,
-        identity: &GrpcOperationIdentity,
-        version: Version,
-        outcome: &OutcomeReference,
-    ) -> Result<Version, LedgerError>;
-
-    /// Finishes a claimed operation with a terminal failure; returns the row's new version.
-    async fn mark_failed(
-        &self,
-        identity: &GrpcOperationIdentity,
-        version: Version,
-        failure: &RecordedFailure,
-    ) -> Result<Version, LedgerError>;
-
     /// Keeps a claimed operation's lease alive for its owner: the lease ends `lease` from now by
     /// the store's clock, at the same version (see the trait's contract). A guard whose claim
     /// commits before its handler renews it while the handler runs, so that no other attempt
@@ -132,18 +116,38 @@ pub trait GrpcOperationLedger: Send + Sync {
         lease: LeaseDuration,
     ) -> Result<(), LedgerError>;
 
-    /// Finishes a claimed operation as `completion` says: [`mark_committed`](Self::mark_committed)
-    /// or [`mark_failed`](Self::mark_failed), for a caller that holds the completion as a value.
+    /// Finishes a claimed operation as `completion` says (committed with its outcome, or failed
+    /// terminally): one update fenced on `version`; returns the row's new version (see the
+    /// trait's contract). The one transition an adapter writes; the two below call it.
     async fn mark_finished(
         &self,
         identity: &GrpcOperationIdentity,
         version: Version,
         completion: &Completion,
+    ) -> Result<Version, LedgerError>;
+
+    /// Finishes a claimed operation successfully: [`mark_finished`](Self::mark_finished) with
+    /// the outcome.
+    async fn mark_committed(
+        &self,
+        identity: &GrpcOperationIdentity,
+        version: Version,
+        outcome: &OutcomeReference,
     ) -> Result<Version, LedgerError> {
-        match completion {
-            Completion::Committed(outcome) => self.mark_committed(identity, version, outcome).await,
-            Completion::Failed(failure) => self.mark_failed(identity, version, failure).await,
-        }
+        let completion = Completion::Committed(outcome.clone());
+        self.mark_finished(identity, version, &completion).await
+    }
+
+    /// Finishes a claimed operation with a terminal failure: [`mark_finished`](Self::mark_finished)
+    /// with the failure.
+    async fn mark_failed(
+        &self,
+        identity: &GrpcOperationIdentity,
+        version: Version,
+        failure: &RecordedFailure,
+    ) -> Result<Version, LedgerError> {
+        let completion = Completion::Failed(failure.clone());
+        self.mark_finished(identity, version, &completion).await
     }
 
     /// Records an operation as finished in one step, inside the unit of work that has already

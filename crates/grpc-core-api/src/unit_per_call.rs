@@ -7,8 +7,8 @@ use async_trait::async_trait;
 
 use crate::{
     ClaimOutcome, Completion, GrpcOperationIdentity, GrpcOperationLedger, LeaseDuration,
-    LedgerCensus, LedgerDurability, LedgerError, LedgerUnitsOfWork, OperationRecord,
-    OutcomeReference, RecordOutcome, RecordedFailure, RequestFingerprint, Version,
+    LedgerCensus, LedgerDurability, LedgerError, LedgerUnitsOfWork, OperationRecord, RecordOutcome,
+    RequestFingerprint, Version,
 };
 
 /// The ledger on `U`'s store with each call in a unit of work of its own: begun, run, then
@@ -74,32 +74,17 @@ impl<U: LedgerUnitsOfWork> GrpcOperationLedger for UnitPerCall<U> {
         self.finish(transaction, answer).await
     }
 
-    async fn mark_committed(
+    async fn mark_finished(
         &self,
         identity: &GrpcOperationIdentity,
         version: Version,
-        outcome: &OutcomeReference,
+        completion: &Completion,
     ) -> Result<Version, LedgerError> {
         let transaction = self.units.begin().await?;
         let answer = self
             .units
             .ledger(&transaction)
-            .mark_committed(identity, version, outcome)
-            .await;
-        self.finish(transaction, answer).await
-    }
-
-    async fn mark_failed(
-        &self,
-        identity: &GrpcOperationIdentity,
-        version: Version,
-        failure: &RecordedFailure,
-    ) -> Result<Version, LedgerError> {
-        let transaction = self.units.begin().await?;
-        let answer = self
-            .units
-            .ledger(&transaction)
-            .mark_failed(identity, version, failure)
+            .mark_finished(identity, version, completion)
             .await;
         self.finish(transaction, answer).await
     }

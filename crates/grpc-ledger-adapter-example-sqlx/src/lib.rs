@@ -238,26 +238,6 @@ impl GrpcOperationLedger for SqlxLedger {
         .await)
     }
 
-    async fn mark_committed(
-        &self,
-        identity: &GrpcOperationIdentity,
-        version: Version,
-        outcome: &OutcomeReference,
-    ) -> Result<Version, LedgerError> {
-        let completion = Completion::Committed(outcome.clone());
-        self.mark_finished(identity, version, &completion).await
-    }
-
-    async fn mark_failed(
-        &self,
-        identity: &GrpcOperationIdentity,
-        version: Version,
-        failure: &RecordedFailure,
-    ) -> Result<Version, LedgerError> {
-        let completion = Completion::Failed(failure.clone());
-        self.mark_finished(identity, version, &completion).await
-    }
-
     async fn mark_finished(
         &self,
         identity: &GrpcOperationIdentity,

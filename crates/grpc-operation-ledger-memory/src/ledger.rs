@@ -9,8 +9,8 @@ use std::time::{Duration, SystemTime};
 use async_trait::async_trait;
 use grpc_core_api::{
     ClaimOutcome, Completion, GrpcOperationIdentity, GrpcOperationLedger, LeaseDuration,
-    LedgerCensus, LedgerDurability, LedgerError, OperationRecord, OutcomeReference,
-    RecordedFailure, RequestFingerprint, UnavailableKind, Version,
+    LedgerCensus, LedgerDurability, LedgerError, OperationRecord, RequestFingerprint,
+    UnavailableKind, Version,
 };
 
 use crate::store::{InMemoryStore, Lock, Shared, millis_since_epoch};
@@ -362,24 +362,13 @@ impl GrpcOperationLedger for InMemoryOperationLedger {
             .await
     }
 
-    async fn mark_committed(
+    async fn mark_finished(
         &self,
         identity: &GrpcOperationIdentity,
         version: Version,
-        outcome: &OutcomeReference,
+        completion: &Completion,
     ) -> Result<Version, LedgerError> {
-        let completion = Completion::Committed(outcome.clone());
-        self.transition(identity, version, completion).await
-    }
-
-    async fn mark_failed(
-        &self,
-        identity: &GrpcOperationIdentity,
-        version: Version,
-        failure: &RecordedFailure,
-    ) -> Result<Version, LedgerError> {
-        let completion = Completion::Failed(failure.clone());
-        self.transition(identity, version, completion).await
+        self.transition(identity, version, completion.clone()).await
     }
 
     async fn renew_lease(

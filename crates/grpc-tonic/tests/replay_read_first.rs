@@ -5,6 +5,8 @@
 //! to the insert-first claim, which alone decides who runs the handler. The ledger here counts
 //! its claims and reads.
 
+mod support;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
@@ -13,6 +15,7 @@ use async_trait::async_trait;
 use grpc_core_api::*;
 use grpc_operation_ledger_memory::{InMemoryStore, InMemoryUnit};
 use grpc_tonic::{AuthenticatedPrincipal, Committed, GuardConfig, GuardMode, KeyedMutationGuard};
+use support::{Writes, scripted};
 use tokio::sync::Notify;
 use tonic::{Code, Request, Status};
 
@@ -89,13 +92,15 @@ impl GrpcOperationLedger for CountingLedger<'_> {
         self.inner.claim(identity, request, lease).await
     }
 
-    async fn mark_committed(
+    async fn mark_finished(
         &self,
         identity: &GrpcOperationIdentity,
         version: Version,
-        outcome: &OutcomeReference,
+        completion: &Completion,
     ) -> Result<Version, LedgerError> {
-        self.inner.mark_committed(identity, version, outcome).await
+        self.inner
+            .mark_finished(identity, version, completion)
+            .await
     }
 
     /// The store's own single write (not counted as a claim).
@@ -109,15 +114,6 @@ impl GrpcOperationLedger for CountingLedger<'_> {
         self.inner
             .record_finished(identity, request, lease, completion)
             .await
-    }
-
-    async fn mark_failed(
-        &self,
-        identity: &GrpcOperationIdentity,
-        version: Version,
-        failure: &RecordedFailure,
-    ) -> Result<Version, LedgerError> {
-        self.inner.mark_failed(identity, version, failure).await
     }
 
     async fn renew_lease(
@@ -215,18 +211,20 @@ async fn pay(
         .run(
             &method(),
             request(key, amount, previous),
-            move |unit: Arc<InMemoryUnit>, _pay: Pay| async move {
-                if let Some((started, release)) = hold {
-                    started.notify_one();
-                    release.notified().await;
-                }
-                unit.write_business(&payment);
-                Ok(Committed {
-                    response: "paid".to_owned(),
-                    outcome: OutcomeReference::parse("payment").unwrap(),
-                })
-            },
-            |_unit, _outcome| async move { Ok("paid (replayed)".to_owned()) },
+            scripted(
+                move |unit: Writes, _pay: Pay| async move {
+                    if let Some((started, release)) = hold {
+                        started.notify_one();
+                        release.notified().await;
+                    }
+                    unit.write_business(&payment);
+                    Ok(Committed {
+                        response: "paid".to_owned(),
+                        outcome: OutcomeReference::parse("payment").unwrap(),
+                    })
+                },
+                |_outcome| async move { Ok("paid (replayed)".to_owned()) },
+            ),
         )
         .await
 }
@@ -314,13 +312,15 @@ async fn a_header_that_is_not_a_positive_count_is_no_resend() {
             .run(
                 &method(),
                 request,
-                |_unit: Arc<InMemoryUnit>, _pay: Pay| async move {
-                    Ok(Committed {
-                        response: String::new(),
-                        outcome: OutcomeReference::parse("payment").unwrap(),
-                    })
-                },
-                |_unit, _outcome| async move { Ok("paid (replayed)".to_owned()) },
+                scripted(
+                    |_unit: Writes, _pay: Pay| async move {
+                        Ok(Committed {
+                            response: String::new(),
+                            outcome: OutcomeReference::parse("payment").unwrap(),
+                        })
+                    },
+                    |_outcome| async move { Ok("paid (replayed)".to_owned()) },
+                ),
             )
             .await
             .unwrap();

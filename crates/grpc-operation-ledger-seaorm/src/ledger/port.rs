@@ -131,26 +131,6 @@ where
         self.transition(identity, version, completion).await
     }
 
-    async fn mark_committed(
-        &self,
-        identity: &GrpcOperationIdentity,
-        version: Version,
-        outcome: &OutcomeReference,
-    ) -> Result<Version, LedgerError> {
-        self.transition(identity, version, &Completion::Committed(outcome.clone()))
-            .await
-    }
-
-    async fn mark_failed(
-        &self,
-        identity: &GrpcOperationIdentity,
-        version: Version,
-        failure: &RecordedFailure,
-    ) -> Result<Version, LedgerError> {
-        self.transition(identity, version, &Completion::Failed(failure.clone()))
-            .await
-    }
-
     async fn renew_lease(
         &self,
         identity: &GrpcOperationIdentity,
