@@ -121,4 +121,29 @@ mod tests {
             "a new crate has no workspace to inherit"
         );
     }
+
+    /// The adoption section's first handler is the one `examples/guard_on_your_service.rs` runs
+    /// (two payments from one account, a replay, a refusal, a business failure replayed): the
+    /// README cannot teach a handler that was only compiled.
+    #[test]
+    fn the_readme_handler_is_the_one_the_example_runs() {
+        let root = repository_root();
+        let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+        let example = std::fs::read_to_string(
+            root.join("crates/grpc-ledger-demo/examples/guard_on_your_service.rs"),
+        )
+        .unwrap();
+        let handler = |text: &str| -> String {
+            let start = text
+                .find("impl GuardedHandler<DatabaseTransaction> for CreatePayment {")
+                .expect("the CreatePayment handler");
+            let end = text[start..].find("\n}\n").expect("the impl's end") + start;
+            text[start..end].to_owned()
+        };
+        assert_eq!(
+            handler(&readme),
+            handler(&example),
+            "the README's CreatePayment handler differs from the example's: copy one to the other"
+        );
+    }
 }

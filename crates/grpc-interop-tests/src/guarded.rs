@@ -12,9 +12,12 @@ use std::time::Duration;
 use grpc_core_api::{
     GrpcMethod, KeyHasher, LeaseDuration, OutcomeReference, RequestSchema, SchemaError,
 };
-use grpc_operation_ledger_memory::InMemoryStore;
+use grpc_operation_ledger_memory::{InMemoryStore, InMemoryUnit};
 use grpc_tonic::testing::AfterCommitFaults;
-use grpc_tonic::{AuthenticatedPrincipal, Committed, GuardConfig, GuardMode, KeyedMutationGuard};
+use grpc_tonic::{
+    AuthenticatedPrincipal, Committed, GuardConfig, GuardMode, GuardedHandler, HandlerError,
+    KeyedMutationGuard, Operation,
+};
 use tonic::{Request, Response, Status};
 
 use crate::{DESCRIPTOR_SET, METHOD, pb};
@@ -117,6 +120,58 @@ impl GuardedProbe {
     }
 }
 
+/// The guarded handler of `Call`: counts its runs, records its effect, and takes the delay its
+/// script names (`delay MS`).
+struct Probe {
+    handlers: Arc<AtomicU32>,
+    effects: Arc<Mutex<Vec<String>>>,
+}
+
+impl GuardedHandler<InMemoryUnit> for Probe {
+    type Request = pb::ProbeRequest;
+    type Response = pb::ProbeReply;
+
+    async fn handle(
+        &self,
+        _unit: &InMemoryUnit,
+        message: pb::ProbeRequest,
+        _operation: &Operation,
+    ) -> Result<Committed<pb::ProbeReply>, HandlerError> {
+        let attempt = self.handlers.fetch_add(1, Ordering::SeqCst) + 1;
+        self.effects
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(message.call_id.clone());
+        let millis = message
+            .script
+            .strip_prefix("delay ")
+            .and_then(|ms| ms.parse().ok())
+            .unwrap_or(0);
+        tokio::time::sleep(Duration::from_millis(millis)).await;
+        let outcome = OutcomeReference::parse(&message.call_id)
+            .map_err(|_| HandlerError::Transient(Status::internal("id")))?;
+        Ok(Committed {
+            response: pb::ProbeReply {
+                attempt,
+                messages: 1,
+            },
+            outcome,
+        })
+    }
+
+    async fn replay(
+        &self,
+        _unit: &InMemoryUnit,
+        _outcome: OutcomeReference,
+        _operation: &Operation,
+    ) -> Result<pb::ProbeReply, Status> {
+        Ok(pb::ProbeReply {
+            attempt: 0,
+            messages: 1,
+        })
+    }
+}
+
 #[tonic::async_trait]
 impl pb::probe_server::Probe for Service {
     async fn call(
@@ -128,43 +183,12 @@ impl pb::probe_server::Probe for Service {
             .extensions_mut()
             .insert(AuthenticatedPrincipal(b"tenant-a".to_vec()));
         let call_id = request.get_ref().call_id.clone();
-        let handlers = Arc::clone(&self.handlers);
-        let effects = Arc::clone(&self.effects);
-        let answer = self
-            .guard
-            .run(
-                &GrpcMethod::parse(METHOD).expect("a method"),
-                request,
-                move |_unit, message: pb::ProbeRequest| async move {
-                    let attempt = handlers.fetch_add(1, Ordering::SeqCst) + 1;
-                    effects
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .push(message.call_id.clone());
-                    let millis = message
-                        .script
-                        .strip_prefix("delay ")
-                        .and_then(|ms| ms.parse().ok())
-                        .unwrap_or(0);
-                    tokio::time::sleep(Duration::from_millis(millis)).await;
-                    let outcome = OutcomeReference::parse(&message.call_id)
-                        .map_err(|_| grpc_tonic::HandlerError::Transient(Status::internal("id")))?;
-                    Ok(Committed {
-                        response: pb::ProbeReply {
-                            attempt,
-                            messages: 1,
-                        },
-                        outcome,
-                    })
-                },
-                |_unit, _outcome| async move {
-                    Ok(pb::ProbeReply {
-                        attempt: 0,
-                        messages: 1,
-                    })
-                },
-            )
-            .await?;
+        let handler = Probe {
+            handlers: Arc::clone(&self.handlers),
+            effects: Arc::clone(&self.effects),
+        };
+        let method = GrpcMethod::parse(METHOD).expect("a method");
+        let answer = self.guard.run(&method, request, handler).await?;
         let first = self
             .answered
             .lock()

@@ -12,12 +12,17 @@ use grpc_core_api::{
     LeaseDuration, OperationState, OutcomeReference, REPLAYED_METADATA_KEY, RequestSchema,
     UnitPerCall,
 };
-use grpc_ledger_payments::pb::CreatePaymentRequest;
-use grpc_ledger_payments::{DESCRIPTOR_SET, create_payment_method, prepare_database, statement};
-use grpc_operation_ledger_seaorm::{
-    LedgerConfig, Pooler, SeaOrmUnitsOfWork, connect_postgres, migrate,
+use grpc_ledger_payments::pb::{CreatePaymentRequest, Payment};
+use grpc_ledger_payments::{
+    DESCRIPTOR_SET, create_payment_method, insert_payment, prepare_database, statement,
 };
-use grpc_tonic::{AuthenticatedPrincipal, Committed, GuardConfig, GuardMode, KeyedMutationGuard};
+use grpc_operation_ledger_seaorm::{
+    LedgerConfig, Pooler, SeaOrmUnitsOfWork, connect_postgres, migrate, store_error,
+};
+use grpc_tonic::{
+    AuthenticatedPrincipal, Committed, GuardConfig, GuardMode, GuardedHandler, HandlerError,
+    KeyedMutationGuard, Operation,
+};
 use sea_orm::{ConnectionTrait, DatabaseConnection, DatabaseTransaction};
 use tonic::{Code, Request, Response, Status};
 
@@ -83,35 +88,56 @@ async fn pay(
     runs_for: Duration,
     started: &Arc<AtomicUsize>,
 ) -> Result<Response<()>, Status> {
-    let (payment_id, started) = (key.to_owned(), Arc::clone(started));
+    let handler = LongPayment {
+        payment_id: key.to_owned(),
+        runs_for,
+        started: Arc::clone(started),
+    };
     guard
-        .run(
-            &create_payment_method(),
-            request(key),
-            move |txn: Arc<DatabaseTransaction>, request: CreatePaymentRequest| async move {
-                started.fetch_add(1, Ordering::SeqCst);
-                let insert = statement(
-                    &*txn,
-                    "INSERT INTO demo_payments (payment_id, account, amount_minor) \
-                     VALUES ($1, $2, $3)",
-                    vec![
-                        payment_id.clone().into(),
-                        request.account.into(),
-                        request.amount_minor.into(),
-                    ],
-                );
-                txn.execute_raw(insert).await.map_err(|_| {
-                    grpc_tonic::HandlerError::Transient(Status::unavailable("store"))
-                })?;
-                tokio::time::sleep(runs_for).await;
-                Ok(Committed {
-                    response: (),
-                    outcome: OutcomeReference::parse(&payment_id).unwrap(),
-                })
-            },
-            |_txn, _outcome: OutcomeReference| async move { Ok(()) },
-        )
+        .run(&create_payment_method(), request(key), handler)
         .await
+}
+
+/// A handler that writes its payment row, then works for `runs_for`.
+struct LongPayment {
+    payment_id: String,
+    runs_for: Duration,
+    started: Arc<AtomicUsize>,
+}
+
+impl GuardedHandler<DatabaseTransaction> for LongPayment {
+    type Request = CreatePaymentRequest;
+    type Response = ();
+
+    async fn handle(
+        &self,
+        txn: &DatabaseTransaction,
+        request: CreatePaymentRequest,
+        _operation: &Operation,
+    ) -> Result<Committed<()>, HandlerError> {
+        self.started.fetch_add(1, Ordering::SeqCst);
+        let payment = Payment {
+            payment_id: self.payment_id.clone(),
+            account: request.account,
+            amount_minor: request.amount_minor,
+            ..Default::default()
+        };
+        insert_payment(txn, &payment).await.map_err(store_error)?;
+        tokio::time::sleep(self.runs_for).await;
+        Ok(Committed {
+            response: (),
+            outcome: OutcomeReference::parse(&self.payment_id).unwrap(),
+        })
+    }
+
+    async fn replay(
+        &self,
+        _txn: &DatabaseTransaction,
+        _outcome: OutcomeReference,
+        _operation: &Operation,
+    ) -> Result<(), Status> {
+        Ok(())
+    }
 }
 
 async fn payments(db: &DatabaseConnection, key: &str) -> i64 {

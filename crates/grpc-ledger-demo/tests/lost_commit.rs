@@ -5,19 +5,20 @@
 //! key then finds out, and the payment exists once. In both guard modes: under claim-committed-
 //! first the lost answer is the claim's own commit's.
 
-use std::sync::Arc;
-
 use grpc_core_api::{
     KeyHasher, OutcomeReference, REPLAYED_METADATA_KEY, RequestSchema, says_outcome_unknown,
 };
 use grpc_ledger_contract_tests::commit_cut::{CommitCutProxy, WireProtocol};
-use grpc_ledger_payments::pb::CreatePaymentRequest;
-use grpc_ledger_payments::{DESCRIPTOR_SET, create_payment_method, prepare_database, statement};
+use grpc_ledger_payments::pb::{CreatePaymentRequest, Payment};
+use grpc_ledger_payments::{
+    DESCRIPTOR_SET, create_payment_method, insert_payment, prepare_database, statement,
+};
 use grpc_operation_ledger_seaorm::{
     LedgerConfig, Pooler, SeaOrmUnitsOfWork, connect_postgres, migrate, store_error,
 };
 use grpc_tonic::{
-    AuthenticatedPrincipal, Committed, GuardConfig, GuardMode, HandlerError, KeyedMutationGuard,
+    AuthenticatedPrincipal, Committed, GuardConfig, GuardMode, GuardedHandler, HandlerError,
+    KeyedMutationGuard, Operation,
 };
 use sea_orm::{ConnectionTrait, DatabaseConnection, DatabaseTransaction};
 use tonic::{Code, Request, Response, Status};
@@ -80,33 +81,44 @@ async fn pay(
     request
         .extensions_mut()
         .insert(AuthenticatedPrincipal(b"tenant-lost".to_vec()));
-    let payment_id = format!("{key}-payment");
-    guard
-        .run(
-            &create_payment_method(),
-            request,
-            move |txn: Arc<DatabaseTransaction>, request: CreatePaymentRequest| async move {
-                let insert = statement(
-                    &*txn,
-                    "INSERT INTO demo_payments (payment_id, account, amount_minor) \
-                     VALUES ($1, $2, $3)",
-                    vec![
-                        payment_id.clone().into(),
-                        request.account.into(),
-                        request.amount_minor.into(),
-                    ],
-                );
-                txn.execute_raw(insert)
-                    .await
-                    .map_err(|error| HandlerError::Transient(store_error(error).into()))?;
-                Ok(Committed {
-                    outcome: OutcomeReference::parse(&payment_id).unwrap(),
-                    response: payment_id,
-                })
-            },
-            |_txn, outcome: OutcomeReference| async move { Ok(outcome.as_str().to_owned()) },
-        )
-        .await
+    let handler = PaymentNamed(format!("{key}-payment"));
+    guard.run(&create_payment_method(), request, handler).await
+}
+
+/// A handler that writes a payment row under the id it holds, and answers with that id.
+struct PaymentNamed(String);
+
+impl GuardedHandler<DatabaseTransaction> for PaymentNamed {
+    type Request = CreatePaymentRequest;
+    type Response = String;
+
+    async fn handle(
+        &self,
+        txn: &DatabaseTransaction,
+        request: CreatePaymentRequest,
+        _operation: &Operation,
+    ) -> Result<Committed<String>, HandlerError> {
+        let payment = Payment {
+            payment_id: self.0.clone(),
+            account: request.account,
+            amount_minor: request.amount_minor,
+            ..Default::default()
+        };
+        insert_payment(txn, &payment).await.map_err(store_error)?;
+        Ok(Committed {
+            outcome: OutcomeReference::parse(&self.0).unwrap(),
+            response: self.0.clone(),
+        })
+    }
+
+    async fn replay(
+        &self,
+        _txn: &DatabaseTransaction,
+        outcome: OutcomeReference,
+        _operation: &Operation,
+    ) -> Result<String, Status> {
+        Ok(outcome.as_str().to_owned())
+    }
 }
 
 async fn payments(db: &DatabaseConnection, key: &str) -> i64 {

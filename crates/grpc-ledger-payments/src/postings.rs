@@ -17,8 +17,8 @@ use grpc_operation_ledger_seaorm::{LedgerConfig, SeaOrmUnitsOfWork, store_error}
 use grpc_policy::{MethodCatalog, RandomSource, ServiceConfig, SplitMix64};
 use grpc_tonic::testing::AfterCommitFaults;
 use grpc_tonic::{
-    Committed, GuardConfig, GuardMode, HandlerError, IDEMPOTENCY_KEY_HEADER, KeyedMutationGuard,
-    RetryLayer, RetryService,
+    Committed, GuardConfig, GuardMode, GuardedHandler, HandlerError, IDEMPOTENCY_KEY_HEADER,
+    KeyedMutationGuard, Operation, RetryLayer, RetryService,
 };
 use sea_orm::{ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbErr};
 use tonic::metadata::AsciiMetadataValue;
@@ -136,30 +136,50 @@ impl Postings for PostingsService {
             self.next_id.fetch_add(1, Ordering::Relaxed)
         );
         self.guard
-            .run_request(
-                request,
-                |txn, request: PostEntryRequest| async move {
-                    let posting = Posting {
-                        posting_id: posting_id.clone(),
-                        account: request.account,
-                        amount_minor: request.amount_minor,
-                    };
-                    insert_posting(&txn, &posting).await.map_err(store_error)?;
-                    let outcome = OutcomeReference::parse(&posting_id)
-                        .map_err(|_| HandlerError::Transient(Status::internal("bad posting id")))?;
-                    Ok(Committed {
-                        response: posting,
-                        outcome,
-                    })
-                },
-                |txn, outcome: OutcomeReference| async move {
-                    load_posting(&*txn, outcome.as_str())
-                        .await
-                        .map_err(|error| Status::from(store_error(error)))?
-                        .ok_or_else(|| Status::internal("a committed posting is missing"))
-                },
-            )
+            .run_request(request, PostEntry { posting_id })
             .await
+    }
+}
+
+/// PostEntry's guarded handler: one posting row under a fresh id.
+struct PostEntry {
+    posting_id: String,
+}
+
+impl GuardedHandler<DatabaseTransaction> for PostEntry {
+    type Request = PostEntryRequest;
+    type Response = Posting;
+
+    async fn handle(
+        &self,
+        txn: &DatabaseTransaction,
+        request: PostEntryRequest,
+        _operation: &Operation,
+    ) -> Result<Committed<Posting>, HandlerError> {
+        let posting = Posting {
+            posting_id: self.posting_id.clone(),
+            account: request.account,
+            amount_minor: request.amount_minor,
+        };
+        insert_posting(txn, &posting).await.map_err(store_error)?;
+        let outcome = OutcomeReference::parse(&self.posting_id)
+            .map_err(|_| HandlerError::Transient(Status::internal("bad posting id")))?;
+        Ok(Committed {
+            response: posting,
+            outcome,
+        })
+    }
+
+    async fn replay(
+        &self,
+        txn: &DatabaseTransaction,
+        outcome: OutcomeReference,
+        _operation: &Operation,
+    ) -> Result<Posting, Status> {
+        load_posting(txn, outcome.as_str())
+            .await
+            .map_err(|error| Status::from(store_error(error)))?
+            .ok_or_else(|| Status::internal("a committed posting is missing"))
     }
 }
 

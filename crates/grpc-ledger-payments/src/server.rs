@@ -9,8 +9,8 @@ use grpc_core_api::{GrpcMethod, LedgerUnitsOfWork, OutcomeReference};
 use grpc_operation_ledger_seaorm::{SeaOrmUnitsOfWork, store_error};
 use grpc_policy::{RandomSource, SplitMix64};
 use grpc_tonic::{
-    CallerExtractor, Committed, HandlerError, KeyedMutationGuard, Resolved, RetentionConfig,
-    RetentionWorker,
+    CallerExtractor, Committed, GuardedHandler, HandlerError, KeyedMutationGuard, Operation,
+    Resolved, RetentionConfig, RetentionWorker,
 };
 use sea_orm::{ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbErr};
 use tonic::{Request, Response, Status};
@@ -222,6 +222,74 @@ pub async fn load_payment(
     .transpose()
 }
 
+/// CreatePayment's guarded handler: one payment row under a fresh id (and, chained, the posting
+/// made through the downstream service under the key derived for this operation).
+struct CreatePayment {
+    payment_id: String,
+    downstream: Option<Arc<Downstream>>,
+}
+
+impl GuardedHandler<DatabaseTransaction> for CreatePayment {
+    type Request = CreatePaymentRequest;
+    type Response = Payment;
+
+    async fn handle(
+        &self,
+        txn: &DatabaseTransaction,
+        request: CreatePaymentRequest,
+        operation: &Operation,
+    ) -> Result<Committed<Payment>, HandlerError> {
+        if request.amount_minor <= 0 {
+            return Err(HandlerError::Terminal(Status::invalid_argument(
+                "amount must be positive",
+            )));
+        }
+        let mut payment = Payment {
+            payment_id: self.payment_id.clone(),
+            account: request.account,
+            amount_minor: request.amount_minor,
+            posting_id: String::new(),
+        };
+        if let Some(downstream) = &self.downstream {
+            // The same key on every resend and takeover of this operation.
+            let key = operation.downstream_key(downstream.label());
+            let posting = downstream
+                .post(&key, &payment.account, payment.amount_minor)
+                .await?;
+            if downstream.fails_after_posting() {
+                return Err(HandlerError::Transient(Status::unavailable(
+                    "injected fault: the payment failed after its posting committed",
+                )));
+            }
+            payment.posting_id = posting.posting_id;
+        }
+        insert_payment(txn, &payment).await.map_err(store_error)?;
+        if self.downstream.is_some() {
+            insert_payment_posting(txn, &payment)
+                .await
+                .map_err(store_error)?;
+        }
+        let outcome = OutcomeReference::parse(&self.payment_id)
+            .map_err(|_| HandlerError::Transient(Status::internal("bad payment id")))?;
+        Ok(Committed {
+            response: payment,
+            outcome,
+        })
+    }
+
+    async fn replay(
+        &self,
+        txn: &DatabaseTransaction,
+        outcome: OutcomeReference,
+        _operation: &Operation,
+    ) -> Result<Payment, Status> {
+        load_payment(txn, outcome.as_str())
+            .await
+            .map_err(|error| Status::from(store_error(error)))?
+            .ok_or_else(|| Status::internal("a committed payment is missing"))
+    }
+}
+
 #[tonic::async_trait]
 impl Payments for PaymentsService {
     async fn create_payment(
@@ -233,66 +301,11 @@ impl Payments for PaymentsService {
             self.id_prefix,
             self.next_id.fetch_add(1, Ordering::Relaxed)
         );
-        // Derived before the unit, from the same operation identity the guard claims.
-        let downstream = match &self.downstream {
-            Some(downstream) => {
-                let key = self.guard.downstream_key(
-                    &create_payment_method(),
-                    &request,
-                    downstream.label(),
-                )?;
-                Some((Arc::clone(downstream), key))
-            }
-            None => None,
+        let handler = CreatePayment {
+            payment_id,
+            downstream: self.downstream.clone(),
         };
-        let response = self
-            .guard
-            .run_request(
-                request,
-                |txn, request: CreatePaymentRequest| async move {
-                    if request.amount_minor <= 0 {
-                        return Err(HandlerError::Terminal(Status::invalid_argument(
-                            "amount must be positive",
-                        )));
-                    }
-                    let mut payment = Payment {
-                        payment_id: payment_id.clone(),
-                        account: request.account,
-                        amount_minor: request.amount_minor,
-                        posting_id: String::new(),
-                    };
-                    if let Some((downstream, key)) = &downstream {
-                        let posting = downstream
-                            .post(key, &payment.account, payment.amount_minor)
-                            .await?;
-                        if downstream.fails_after_posting() {
-                            return Err(HandlerError::Transient(Status::unavailable(
-                                "injected fault: the payment failed after its posting committed",
-                            )));
-                        }
-                        payment.posting_id = posting.posting_id;
-                    }
-                    insert_payment(&txn, &payment).await.map_err(store_error)?;
-                    if downstream.is_some() {
-                        insert_payment_posting(&txn, &payment)
-                            .await
-                            .map_err(store_error)?;
-                    }
-                    let outcome = OutcomeReference::parse(&payment_id)
-                        .map_err(|_| HandlerError::Transient(Status::internal("bad payment id")))?;
-                    Ok(Committed {
-                        response: payment,
-                        outcome,
-                    })
-                },
-                |txn, outcome: OutcomeReference| async move {
-                    load_payment(&*txn, outcome.as_str())
-                        .await
-                        .map_err(|error| Status::from(store_error(error)))?
-                        .ok_or_else(|| Status::internal("a committed payment is missing"))
-                },
-            )
-            .await?;
+        let response = self.guard.run_request(request, handler).await?;
         self.faults.after_commit().await?;
         Ok(response)
     }

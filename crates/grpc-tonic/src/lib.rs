@@ -32,8 +32,8 @@ pub use client::{
 };
 pub use server::{
     AuthenticatedPrincipal, AuthenticatedPrincipalExtractor, CallerExtractor,
-    ClientAssertedHeaderExtractor, Committed, GuardConfig, GuardMode, HandlerError,
-    KeyedMutationGuard, MethodFromPath, MethodFromPathLayer, Resolved, RetentionConfig,
+    ClientAssertedHeaderExtractor, Committed, GuardConfig, GuardMode, GuardedHandler, HandlerError,
+    KeyedMutationGuard, MethodFromPath, MethodFromPathLayer, Operation, Resolved, RetentionConfig,
     RetentionPass, RetentionStats, RetentionWorker,
 };
 #[cfg(feature = "mtls")]

@@ -3,6 +3,8 @@
 //! the posting committed, the resend runs the payments handler again, which sends the same
 //! derived key, and the postings guard replays the posting instead of making a second one.
 
+mod support;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
@@ -11,9 +13,10 @@ use grpc_core_api::*;
 use grpc_operation_ledger_memory::{InMemoryStore, InMemoryUnit};
 use grpc_policy::{CodeSet, GrpcRetryBudget, GrpcRetryOwner, RetryPolicy, RetryThrottling};
 use grpc_tonic::{
-    AuthenticatedPrincipal, Committed, GuardConfig, HandlerError, KeyedMutationGuard, Resolution,
-    RetryExecutor, RetrySettings,
+    AuthenticatedPrincipal, Committed, GuardConfig, GuardedHandler, HandlerError,
+    KeyedMutationGuard, Operation, Resolution, RetryExecutor, RetrySettings,
 };
+use support::{Writes, scripted};
 use tonic::{Code, Request, Status};
 
 #[derive(Clone, PartialEq, prost::Message)]
@@ -114,15 +117,17 @@ impl Chain {
             .run(
                 &postings_method(),
                 request,
-                move |unit: Arc<InMemoryUnit>, _pay: Pay| async move {
-                    runs.fetch_add(1, Ordering::SeqCst);
-                    unit.write_business(&format!("posting {key}"));
-                    Ok(Committed {
-                        response: format!("posting {key}"),
-                        outcome: OutcomeReference::parse("posting").unwrap(),
-                    })
-                },
-                |_unit, _outcome| async move { Ok("posting (replayed)".to_owned()) },
+                scripted(
+                    move |unit: Writes, _pay: Pay| async move {
+                        runs.fetch_add(1, Ordering::SeqCst);
+                        unit.write_business(&format!("posting {key}"));
+                        Ok(Committed {
+                            response: format!("posting {key}"),
+                            outcome: OutcomeReference::parse("posting").unwrap(),
+                        })
+                    },
+                    |_outcome| async move { Ok("posting (replayed)".to_owned()) },
+                ),
             )
             .await
     }
@@ -130,45 +135,69 @@ impl Chain {
     /// One payment under `key`: the handler posts under its derived key, writes the payment, and
     /// fails transiently after the posting while `fail_after_posting` says so.
     async fn pay(self: &Arc<Self>, key: &str, fail_after_posting: bool) -> Result<(), Status> {
-        let request = request(key, b"tenant-a");
-        let label = DownstreamLabel::parse("postings").unwrap();
-        let posting_key = self
-            .payments
-            .downstream_key(&payments_method(), &request, &label)?;
-        let chain = Arc::clone(self);
-        let payment = format!("payment {key}");
+        let handler = PayThroughPostings {
+            chain: Arc::clone(self),
+            payment: format!("payment {key}"),
+            fail_after_posting,
+        };
         self.payments
-            .run(
-                &payments_method(),
-                request,
-                move |unit: Arc<InMemoryUnit>, pay: Pay| async move {
-                    let posted = chain
-                        .executor
-                        .call_keyed(
-                            pay,
-                            &posting_key,
-                            None,
-                            |request| chain.post(request),
-                            || async { Ok(Resolution::<String>::NotFound) },
-                        )
-                        .await
-                        .map_err(HandlerError::Transient)?;
-                    assert!(posted.get_ref().starts_with("posting"));
-                    unit.write_business(&payment);
-                    if fail_after_posting {
-                        return Err(HandlerError::Transient(Status::unavailable(
-                            "the payments unit failed after the posting committed",
-                        )));
-                    }
-                    Ok(Committed {
-                        response: (),
-                        outcome: OutcomeReference::parse("payment").unwrap(),
-                    })
-                },
-                |_unit, _outcome| async move { Ok(()) },
-            )
+            .run(&payments_method(), request(key, b"tenant-a"), handler)
             .await
             .map(|_| ())
+    }
+}
+
+/// The payments service's handler: a posting through the executor, under the key its operation
+/// derives for the label `postings`, then the payment row.
+struct PayThroughPostings {
+    chain: Arc<Chain>,
+    payment: String,
+    fail_after_posting: bool,
+}
+
+impl GuardedHandler<InMemoryUnit> for PayThroughPostings {
+    type Request = Pay;
+    type Response = ();
+
+    async fn handle(
+        &self,
+        unit: &InMemoryUnit,
+        pay: Pay,
+        operation: &Operation,
+    ) -> Result<Committed<()>, HandlerError> {
+        let posting_key = operation.downstream_key(&DownstreamLabel::parse("postings").unwrap());
+        let chain = &self.chain;
+        let posted = chain
+            .executor
+            .call_keyed(
+                pay,
+                &posting_key,
+                None,
+                |request| chain.post(request),
+                || async { Ok(Resolution::<String>::NotFound) },
+            )
+            .await
+            .map_err(HandlerError::Transient)?;
+        assert!(posted.get_ref().starts_with("posting"));
+        unit.write_business(&self.payment);
+        if self.fail_after_posting {
+            return Err(HandlerError::Transient(Status::unavailable(
+                "the payments unit failed after the posting committed",
+            )));
+        }
+        Ok(Committed {
+            response: (),
+            outcome: OutcomeReference::parse("payment").unwrap(),
+        })
+    }
+
+    async fn replay(
+        &self,
+        _unit: &InMemoryUnit,
+        _outcome: OutcomeReference,
+        _operation: &Operation,
+    ) -> Result<(), Status> {
+        Ok(())
     }
 }
 

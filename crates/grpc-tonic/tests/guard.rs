@@ -1,17 +1,20 @@
 //! The server-side guard on the in-memory units of work, and its fault paths with the mocked
 //! ledger port.
 
+mod support;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use grpc_core_api::*;
-use grpc_operation_ledger_memory::{InMemoryStore, InMemoryUnit};
+use grpc_operation_ledger_memory::InMemoryStore;
 use grpc_tonic::{
     AuthenticatedPrincipal, Committed, GuardConfig, GuardMode, HandlerError, KeyedMutationGuard,
     Resolved,
 };
+use support::{Writes, scripted};
 use tonic::{Code, Request, Status};
 use tonic_types::StatusExt;
 
@@ -110,16 +113,19 @@ async fn pay(
         .run(
             &method(),
             request,
-            |unit: Arc<InMemoryUnit>, pay: Pay| async move {
-                runs.fetch_add(1, Ordering::SeqCst);
-                outcome?;
-                unit.write_business(&format!("payment-{}", pay.amount));
-                Ok(Committed {
-                    response: format!("payment-{}", pay.amount),
-                    outcome: OutcomeReference::parse(&format!("payment-{}", pay.amount)).unwrap(),
-                })
-            },
-            |_unit, outcome: OutcomeReference| async move { Ok(outcome.as_str().to_owned()) },
+            scripted(
+                |unit: Writes, pay: Pay| async move {
+                    runs.fetch_add(1, Ordering::SeqCst);
+                    outcome?;
+                    unit.write_business(&format!("payment-{}", pay.amount));
+                    Ok(Committed {
+                        response: format!("payment-{}", pay.amount),
+                        outcome: OutcomeReference::parse(&format!("payment-{}", pay.amount))
+                            .unwrap(),
+                    })
+                },
+                |outcome: OutcomeReference| async move { Ok(outcome.as_str().to_owned()) },
+            ),
         )
         .await
 }
@@ -349,14 +355,16 @@ async fn run_mocked_with(
         .run(
             &method(),
             request(1, Some("k"), Some("a")),
-            |_unit, _pay: Pay| async move {
-                counter.fetch_add(1, Ordering::SeqCst);
-                Ok(Committed {
-                    response: "ok".to_owned(),
-                    outcome: OutcomeReference::parse("p").unwrap(),
-                })
-            },
-            |_unit, _outcome| async move { Ok("replayed".to_owned()) },
+            scripted(
+                |_unit, _pay: Pay| async move {
+                    counter.fetch_add(1, Ordering::SeqCst);
+                    Ok(Committed {
+                        response: "ok".to_owned(),
+                        outcome: OutcomeReference::parse("p").unwrap(),
+                    })
+                },
+                |_outcome| async move { Ok("replayed".to_owned()) },
+            ),
         )
         .await;
     let units = guard.units();
@@ -655,16 +663,18 @@ async fn a_caller_that_goes_away_mid_handler_does_not_cut_the_unit_short() {
     let call = guard.run(
         &method,
         request(10, Some("k-gone"), Some("tenant-a")),
-        move |unit: Arc<InMemoryUnit>, pay: Pay| async move {
-            tokio::time::sleep(Duration::from_millis(150)).await;
-            unit.write_business(&format!("payment-{}", pay.amount));
-            counter.fetch_add(1, Ordering::SeqCst);
-            Ok(Committed {
-                response: "payment-10".to_owned(),
-                outcome: OutcomeReference::parse("payment-10").unwrap(),
-            })
-        },
-        |_unit, outcome: OutcomeReference| async move { Ok(outcome.as_str().to_owned()) },
+        scripted(
+            move |unit: Writes, pay: Pay| async move {
+                tokio::time::sleep(Duration::from_millis(150)).await;
+                unit.write_business(&format!("payment-{}", pay.amount));
+                counter.fetch_add(1, Ordering::SeqCst);
+                Ok(Committed {
+                    response: "payment-10".to_owned(),
+                    outcome: OutcomeReference::parse("payment-10").unwrap(),
+                })
+            },
+            |outcome: OutcomeReference| async move { Ok(outcome.as_str().to_owned()) },
+        ),
     );
     // The caller gives up after 30 ms, while the handler sleeps.
     assert!(
@@ -774,25 +784,27 @@ async fn write_once_mode_commits_one_effect_under_concurrent_duplicates() {
 async fn run_request_needs_the_method_from_the_path_layer() {
     let store = InMemoryStore::new(Duration::from_millis(200));
     let guard = guard(&store);
-    let handler = |_unit: Arc<InMemoryUnit>, pay: Pay| async move {
+    let handler = |_unit: Writes, pay: Pay| async move {
         Ok(Committed {
             response: format!("payment-{}", pay.amount),
             outcome: OutcomeReference::parse("payment-1").unwrap(),
         })
     };
-    let replay = |_unit, outcome: OutcomeReference| async move { Ok(outcome.as_str().to_owned()) };
+    let replay = |outcome: OutcomeReference| async move { Ok(outcome.as_str().to_owned()) };
     let without = guard
         .run_request(
             request(1, Some("k-path"), Some("tenant-a")),
-            handler,
-            replay,
+            scripted(handler, replay),
         )
         .await
         .unwrap_err();
     assert_eq!(without.code(), Code::Internal);
     let mut with = request(1, Some("k-path"), Some("tenant-a"));
     with.extensions_mut().insert(method());
-    let answer = guard.run_request(with, handler, replay).await.unwrap();
+    let answer = guard
+        .run_request(with, scripted(handler, replay))
+        .await
+        .unwrap();
     assert_eq!(answer.get_ref(), "payment-1");
 }
 
@@ -809,15 +821,17 @@ async fn a_unit_is_cut_at_its_lease_and_rolled_back() {
         .run(
             &method,
             request(10, Some("k-hung"), Some("tenant-a")),
-            |unit: Arc<InMemoryUnit>, _pay: Pay| async move {
-                unit.write_business("payment-hung");
-                std::future::pending::<()>().await;
-                Ok(Committed {
-                    response: String::new(),
-                    outcome: OutcomeReference::parse("never").unwrap(),
-                })
-            },
-            |_unit, outcome: OutcomeReference| async move { Ok(outcome.as_str().to_owned()) },
+            scripted(
+                |unit: Writes, _pay: Pay| async move {
+                    unit.write_business("payment-hung");
+                    std::future::pending::<()>().await;
+                    Ok(Committed {
+                        response: String::new(),
+                        outcome: OutcomeReference::parse("never").unwrap(),
+                    })
+                },
+                |outcome: OutcomeReference| async move { Ok(outcome.as_str().to_owned()) },
+            ),
         )
         .await
         .unwrap_err();

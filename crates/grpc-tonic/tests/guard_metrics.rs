@@ -3,6 +3,8 @@
 //! each claim took.
 #![cfg(feature = "opentelemetry")]
 
+mod support;
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,6 +15,7 @@ use grpc_tonic::{AuthenticatedPrincipal, Committed, GuardConfig, KeyedMutationGu
 use opentelemetry::metrics::MeterProvider;
 use opentelemetry_sdk::metrics::data::{AggregatedMetrics, MetricData};
 use opentelemetry_sdk::metrics::{InMemoryMetricExporter, PeriodicReader, SdkMeterProvider};
+use support::{Writes, scripted};
 use tokio::sync::Notify;
 use tonic::{Code, Request};
 
@@ -100,18 +103,20 @@ async fn the_guard_records_the_ledgers_answers_and_claim_latency() {
                 .run(
                     &method(),
                     request,
-                    |_, message: Pay| async move {
-                        if let Some((running, release)) = hold {
-                            running.notify_one();
-                            release.notified().await;
-                        }
-                        let id = format!("payment-{}", message.amount);
-                        Ok(Committed {
-                            outcome: OutcomeReference::parse(&id).unwrap(),
-                            response: id,
-                        })
-                    },
-                    |_, outcome| async move { Ok(outcome.as_str().to_owned()) },
+                    scripted(
+                        |_: Writes, message: Pay| async move {
+                            if let Some((running, release)) = hold {
+                                running.notify_one();
+                                release.notified().await;
+                            }
+                            let id = format!("payment-{}", message.amount);
+                            Ok(Committed {
+                                outcome: OutcomeReference::parse(&id).unwrap(),
+                                response: id,
+                            })
+                        },
+                        |outcome| async move { Ok(outcome.as_str().to_owned()) },
+                    ),
                 )
                 .await
         }

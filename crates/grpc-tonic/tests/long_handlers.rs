@@ -4,15 +4,18 @@
 //! hands its claim straight to the resend. The process-kill case runs on PostgreSQL
 //! (`crates/grpc-ledger-demo/tests/long_handlers.rs`).
 
+mod support;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use grpc_core_api::*;
-use grpc_operation_ledger_memory::{InMemoryStore, InMemoryUnit};
+use grpc_operation_ledger_memory::InMemoryStore;
 use grpc_tonic::{
     AuthenticatedPrincipal, Committed, GuardConfig, GuardMode, HandlerError, KeyedMutationGuard,
 };
+use support::{Writes, scripted};
 use tonic::{Code, Request, Response, Status};
 
 #[derive(Clone, PartialEq, prost::Message)]
@@ -75,16 +78,18 @@ async fn call(
         .run(
             &method(),
             request(key),
-            move |unit: Arc<InMemoryUnit>, _pay: Pay| async move {
-                ran.fetch_add(1, Ordering::SeqCst);
-                unit.write_business(&business);
-                tokio::time::sleep(runs_for).await;
-                Ok(Committed {
-                    response: (),
-                    outcome: OutcomeReference::parse("payment").unwrap(),
-                })
-            },
-            |_unit, _outcome: OutcomeReference| async move { Ok(()) },
+            scripted(
+                move |unit: Writes, _pay: Pay| async move {
+                    ran.fetch_add(1, Ordering::SeqCst);
+                    unit.write_business(&business);
+                    tokio::time::sleep(runs_for).await;
+                    Ok(Committed {
+                        response: (),
+                        outcome: OutcomeReference::parse("payment").unwrap(),
+                    })
+                },
+                |_outcome: OutcomeReference| async move { Ok(()) },
+            ),
         )
         .await
 }
@@ -180,13 +185,15 @@ async fn a_handler_that_fails_transiently_hands_its_claim_to_the_resend_at_once(
         .run(
             &method(),
             request("flaky"),
-            |unit: Arc<InMemoryUnit>, _pay: Pay| async move {
-                unit.write_business("flaky-first");
-                Err::<Committed<()>, _>(HandlerError::Transient(Status::unavailable(
-                    "the payment provider timed out",
-                )))
-            },
-            |_unit, _outcome: OutcomeReference| async move { Ok(()) },
+            scripted(
+                |unit: Writes, _pay: Pay| async move {
+                    unit.write_business("flaky-first");
+                    Err::<Committed<()>, _>(HandlerError::Transient(Status::unavailable(
+                        "the payment provider timed out",
+                    )))
+                },
+                |_outcome: OutcomeReference| async move { Ok(()) },
+            ),
         )
         .await;
     assert_eq!(failed.unwrap_err().code(), Code::Unavailable);
@@ -267,18 +274,20 @@ async fn a_handler_that_panics_hands_its_claim_to_the_resend_at_once() {
         .run(
             &method(),
             request("pay-panics"),
-            |unit: Arc<InMemoryUnit>, _pay: Pay| async move {
-                unit.write_business("pay-panics");
-                // Opaque to the compiler, so that the answer after it is not unreachable code.
-                if std::hint::black_box(true) {
-                    panic!("the handler panics after its write");
-                }
-                Ok(Committed {
-                    response: (),
-                    outcome: OutcomeReference::parse("unreachable").unwrap(),
-                })
-            },
-            |_unit, _outcome| async move { Ok(()) },
+            scripted(
+                |unit: Writes, _pay: Pay| async move {
+                    unit.write_business("pay-panics");
+                    // Opaque to the compiler, so that the answer after it is not unreachable code.
+                    if std::hint::black_box(true) {
+                        panic!("the handler panics after its write");
+                    }
+                    Ok(Committed {
+                        response: (),
+                        outcome: OutcomeReference::parse("unreachable").unwrap(),
+                    })
+                },
+                |_outcome| async move { Ok(()) },
+            ),
         )
         .await
         .unwrap_err();

@@ -3,13 +3,16 @@
 //! isolation per caller, replay), and a request that carries a key in both places must carry the
 //! same one.
 
+mod support;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use grpc_core_api::*;
-use grpc_operation_ledger_memory::{InMemoryStore, InMemoryUnit};
+use grpc_operation_ledger_memory::InMemoryStore;
 use grpc_tonic::{AuthenticatedPrincipal, Committed, GuardConfig, KeyedMutationGuard};
+use support::{Writes, scripted};
 use tonic::{Code, Request, Status};
 use tonic_types::StatusExt;
 
@@ -67,15 +70,17 @@ async fn create(
         .run(
             &method(),
             request,
-            move |unit: Arc<InMemoryUnit>, order: Order| async move {
-                ran.fetch_add(1, Ordering::SeqCst);
-                unit.write_business(&format!("order {}", order.amount));
-                Ok(Committed {
-                    response: (),
-                    outcome: OutcomeReference::parse("order").unwrap(),
-                })
-            },
-            |_unit, _outcome| async move { Ok(()) },
+            scripted(
+                move |unit: Writes, order: Order| async move {
+                    ran.fetch_add(1, Ordering::SeqCst);
+                    unit.write_business(&format!("order {}", order.amount));
+                    Ok(Committed {
+                        response: (),
+                        outcome: OutcomeReference::parse("order").unwrap(),
+                    })
+                },
+                |_outcome| async move { Ok(()) },
+            ),
         )
         .await?;
     Ok(response.metadata().get(REPLAYED_METADATA_KEY).is_some())

@@ -1,8 +1,9 @@
 //! The retention worker beside a guard, on the in-memory units of work: what a pass deletes and
 //! keeps, its batches and its limit, several workers at once, and a clean stop.
 
+mod support;
+
 use std::num::NonZeroU32;
-use std::sync::Arc;
 use std::time::Duration;
 
 use grpc_core_api::*;
@@ -10,6 +11,7 @@ use grpc_operation_ledger_memory::{InMemoryStore, InMemoryUnit};
 use grpc_tonic::{
     AuthenticatedPrincipal, Committed, GuardConfig, KeyedMutationGuard, RetentionConfig,
 };
+use support::{Writes, scripted};
 use tonic::Request;
 
 #[derive(Clone, PartialEq, prost::Message)]
@@ -49,14 +51,16 @@ async fn paid(guard: &KeyedMutationGuard<InMemoryStore>, tag: &str, count: usize
             .run(
                 &method(),
                 request,
-                |unit: Arc<InMemoryUnit>, _pay: Pay| async move {
-                    unit.write_business(&business);
-                    Ok(Committed {
-                        response: (),
-                        outcome: OutcomeReference::parse("payment").unwrap(),
-                    })
-                },
-                |_unit, _outcome: OutcomeReference| async move { Ok(()) },
+                scripted(
+                    |unit: Writes, _pay: Pay| async move {
+                        unit.write_business(&business);
+                        Ok(Committed {
+                            response: (),
+                            outcome: OutcomeReference::parse("payment").unwrap(),
+                        })
+                    },
+                    |_outcome: OutcomeReference| async move { Ok(()) },
+                ),
             )
             .await
             .expect("the payment commits");

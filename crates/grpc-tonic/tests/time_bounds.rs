@@ -4,6 +4,8 @@
 //! (`OUTCOME_UNKNOWN`), which a resend with the same key settles. On the in-memory units of work,
 //! whose COMMIT here takes as long as the test says.
 
+mod support;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
@@ -12,6 +14,7 @@ use async_trait::async_trait;
 use grpc_core_api::*;
 use grpc_operation_ledger_memory::{InMemoryStore, InMemoryUnit};
 use grpc_tonic::{AuthenticatedPrincipal, Committed, GuardConfig, GuardMode, KeyedMutationGuard};
+use support::{Writes, scripted};
 use tonic::{Code, Request, Status};
 
 #[derive(Clone, PartialEq, prost::Message)]
@@ -100,16 +103,18 @@ async fn pay(setup: &Setup, key: &str, handler_takes: Duration) -> Result<String
         .run(
             &GrpcMethod::parse("/payments.v1.Payments/CreatePayment").unwrap(),
             request,
-            move |unit: Arc<InMemoryUnit>, _pay: Pay| async move {
-                runs.fetch_add(1, Ordering::SeqCst);
-                tokio::time::sleep(handler_takes).await;
-                unit.write_business(&payment);
-                Ok(Committed {
-                    response: "paid".to_owned(),
-                    outcome: OutcomeReference::parse("paid").unwrap(),
-                })
-            },
-            |_unit, _outcome| async move { Ok("paid".to_owned()) },
+            scripted(
+                move |unit: Writes, _pay: Pay| async move {
+                    runs.fetch_add(1, Ordering::SeqCst);
+                    tokio::time::sleep(handler_takes).await;
+                    unit.write_business(&payment);
+                    Ok(Committed {
+                        response: "paid".to_owned(),
+                        outcome: OutcomeReference::parse("paid").unwrap(),
+                    })
+                },
+                |_outcome| async move { Ok("paid".to_owned()) },
+            ),
         )
         .await
         .map(tonic::Response::into_inner)

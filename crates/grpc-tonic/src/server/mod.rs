@@ -12,7 +12,10 @@ pub use caller::{
     AuthenticatedPrincipal, AuthenticatedPrincipalExtractor, CallerExtractor,
     ClientAssertedHeaderExtractor,
 };
-pub use guard::{Committed, GuardConfig, GuardMode, HandlerError, KeyedMutationGuard, Resolved};
+pub use guard::{
+    Committed, GuardConfig, GuardMode, GuardedHandler, HandlerError, KeyedMutationGuard, Operation,
+    Resolved,
+};
 pub use method_layer::{MethodFromPath, MethodFromPathLayer};
 #[cfg(feature = "mtls")]
 pub use mtls::{MtlsCallerExtractor, PeerName};

@@ -137,7 +137,8 @@ pub(super) fn cut_while_working() -> Status {
 /// row lock for ever; by then another attempt may take its claim over). A COMMIT, once begun, has
 /// `commit_wait` of its own, whatever is left of `work`; a COMMIT that outlives it is dropped,
 /// and its outcome is unknown. A unit that panicked is an error of the server; one cut off by the
-/// runtime shutting down was rolled back unless it was committing.
+/// runtime shutting down was rolled back unless it was committing or had committed (then its
+/// outcome is unknown to the caller).
 pub(super) async fn to_the_end<T: Send + 'static>(
     work: Duration,
     commit_wait: Duration,
@@ -162,6 +163,10 @@ pub(super) async fn to_the_end<T: Send + 'static>(
                     }
                     Err(_) if matches!(phase.get(), Phase::Committing { .. }) => {
                         Err(unknown(UnavailableKind::ConnectionLost))
+                    }
+                    // Its last commit had answered, but the answer went with the task.
+                    Err(_) if phase.get() == Phase::Finished => {
+                        Err(unknown(UnavailableKind::CompletionUnknown))
                     }
                     Err(_) => Err(Status::unavailable(
                         "the server is shutting down; the unit of work was rolled back",

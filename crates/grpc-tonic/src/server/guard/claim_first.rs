@@ -1,16 +1,13 @@
 //! Claim-first (the default protocol): the claim before the handler, so that a duplicate never
 //! runs it; the claim finished, fenced on its version, after.
 
-use std::sync::Arc;
-
 use grpc_core_api::{
-    ClaimOutcome, Completion, GrpcOperationIdentity, LedgerError, LedgerUnitsOfWork,
-    RequestFingerprint, Version,
+    ClaimOutcome, Completion, GrpcOperationIdentity, LedgerUnitsOfWork, RequestFingerprint, Version,
 };
 use tonic::Status;
 
 use super::KeyedMutationGuard;
-use super::unit::Before;
+use super::unit::{Before, Claim};
 
 impl<U> KeyedMutationGuard<U>
 where
@@ -43,13 +40,11 @@ where
             .claim(identity, fingerprint, self.config.lease)
             .await?;
         match claim {
-            ClaimOutcome::Claimed { version, .. } => Ok(Before::RunHandler {
-                claimed: Some(version),
+            ClaimOutcome::Claimed { version, took_over } => Ok(Before::RunHandler {
+                claimed: Some(Claim { version, took_over }),
             }),
             ClaimOutcome::Completed(record) => Ok(Before::Replay(Box::new(record))),
-            ClaimOutcome::InProgress { retry_after, .. } => {
-                Err(LedgerError::InFlight { retry_after }.into())
-            }
+            ClaimOutcome::InProgress { retry_after, .. } => Ok(Before::InFlight { retry_after }),
         }
     }
 
@@ -57,7 +52,7 @@ where
     /// the transition (ownership lost, store down), rolls everything back and says why.
     pub(super) async fn complete(
         &self,
-        transaction: Arc<U::Transaction>,
+        transaction: U::Transaction,
         identity: &GrpcOperationIdentity,
         version: Version,
         completion: &Completion,

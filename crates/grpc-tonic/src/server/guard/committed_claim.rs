@@ -7,21 +7,19 @@
 //! until the last renewed lease has run out, and then exactly one takes it over (version + 1), the
 //! dead owner's transition fenced off should it ever come back.
 
-use std::future::Future;
 use std::sync::Arc;
 
 use grpc_core_api::{
-    GrpcMethod, GrpcOperationIdentity, GrpcOperationLedger, LeaseDuration, LedgerUnitsOfWork,
-    OutcomeReference, RequestFingerprint, UnitPerCall, Version,
+    GrpcOperationIdentity, GrpcOperationLedger, LeaseDuration, LedgerUnitsOfWork,
+    RequestFingerprint, UnitPerCall, Version,
 };
-use prost::Message;
 use tokio::time::Instant;
 use tonic::{Response, Status};
 
 use super::bounds::AfterCommit;
 use super::lease_keeper::{KeptClaim, LeaseKeeper};
 use super::unit::{Before, recorded};
-use super::{Committed, HandlerError, KeyedMutationGuard};
+use super::{GuardedHandler, KeyedMutationGuard, Operation};
 
 impl<U> KeyedMutationGuard<U>
 where
@@ -32,37 +30,28 @@ where
     /// and the commit. A handler that fails transiently, or whose transition fails, releases the
     /// claim so that a resend takes it over without waiting out the lease. A `resend` is looked
     /// up first, as under claim-first.
-    #[allow(clippy::too_many_arguments)]
-    pub(super) async fn run_with_committed_claim<M, R, H, HF, P, PF>(
+    pub(super) async fn run_with_committed_claim<H: GuardedHandler<U::Transaction>>(
         &self,
-        method: &GrpcMethod,
-        identity: GrpcOperationIdentity,
+        mut operation: Operation,
         fingerprint: RequestFingerprint,
         resend: bool,
-        message: M,
-        handler: H,
-        replay: P,
-    ) -> Result<Response<R>, Status>
-    where
-        M: Message + Send,
-        R: Send,
-        H: FnOnce(Arc<U::Transaction>, M) -> HF + Send,
-        HF: Future<Output = Result<Committed<R>, HandlerError>> + Send,
-        P: FnOnce(Arc<U::Transaction>, OutcomeReference) -> PF + Send,
-        PF: Future<Output = Result<R, Status>> + Send,
-    {
+        message: H::Request,
+        handler: &H,
+    ) -> Result<Response<H::Response>, Status> {
+        let method = operation.method().clone();
+        let identity = operation.identity().clone();
         let claim_sent = Instant::now();
-        let transaction = Arc::new(self.units.begin().await.map_err(Status::from)?);
+        let transaction = self.units.begin().await.map_err(Status::from)?;
         let before = self
             .claim_first(&transaction, &identity, &fingerprint, resend)
             .await;
         if let Some(metrics) = &self.metrics {
-            metrics.claimed(method, claim_sent.elapsed());
+            metrics.claimed(&method, claim_sent.elapsed());
         }
-        let version = match before {
+        let claim = match before {
             Ok(Before::RunHandler {
-                claimed: Some(version),
-            }) => version,
+                claimed: Some(claim),
+            }) => claim,
             Ok(Before::RunHandler { claimed: None }) => {
                 self.roll_back(transaction).await;
                 return Err(Status::internal(
@@ -71,15 +60,23 @@ where
             }
             Ok(Before::Replay(record)) => {
                 return self
-                    .replay_and_roll_back(method, transaction, *record, replay)
+                    .replay_and_roll_back(transaction, *record, handler, &operation)
+                    .await;
+            }
+            Ok(Before::InFlight { retry_after }) => {
+                self.roll_back(transaction).await;
+                return self
+                    .wait_for_twin(&operation, &fingerprint, handler, retry_after)
                     .await;
             }
             Err(status) => {
                 return self
-                    .refused(method, identity.caller(), transaction, status)
+                    .refused(&method, identity.caller(), transaction, status)
                     .await;
             }
         };
+        let version = claim.version;
+        operation.taken_over(claim.took_over);
         if let Err(status) = self.commit_then(transaction, AfterCommit::WorksOn).await {
             // The claim may have committed all the same (an unknown outcome): hand it on.
             self.release(&identity, version).await;
@@ -106,7 +103,7 @@ where
             },
         );
         let transaction = match self.units.begin().await {
-            Ok(transaction) => Arc::new(transaction),
+            Ok(transaction) => transaction,
             Err(error) => {
                 keeper.stop().await;
                 held.held = false;
@@ -117,7 +114,7 @@ where
         tracing::debug!(method = %method, "running the handler under a committed claim");
         let handled = tokio::select! {
             cut = keeper.cut() => Err(cut),
-            handled = handler(Arc::clone(&transaction), message) => Ok(handled),
+            handled = handler.handle(&transaction, message, &operation) => Ok(handled),
         };
         keeper.stop().await;
         let (completion, answer) = match handled.and_then(recorded) {

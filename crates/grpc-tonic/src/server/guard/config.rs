@@ -40,6 +40,14 @@ pub struct GuardConfig {
     /// before it: a COMMIT still unanswered after it is dropped and the caller told its outcome is
     /// unknown (UNAVAILABLE, `OUTCOME_UNKNOWN`), never that it was rolled back. 5 s by default.
     pub commit_wait: Duration,
+    /// How long a call whose operation another attempt holds (a hedged copy, or a resend that
+    /// overtook its first attempt) waits for that attempt to finish before it is told the
+    /// operation is in flight (ABORTED, retry after the lease left): within it, the call answers
+    /// with the operation's outcome, replayed. Waiting holds no transaction and no lock; the
+    /// operation is looked at on a read unit, first after 5 ms, then at doubling pauses up to
+    /// 100 ms. 2 s by default (the ledger's own claim wait), and never more than half the lease,
+    /// so that the wait ends inside the call's own time bound; zero answers at once.
+    pub in_flight_wait: Duration,
     /// The methods that carry their idempotency key in a string field of their request (Google's
     /// APIs' `request_id`, AIP-155), by full method name, with the field's name: the key is read
     /// from there (validated, hashed and isolated as the metadata's), and a request that carries
@@ -90,6 +98,7 @@ impl GuardConfig {
             mode: GuardMode::ClaimFirst,
             longest_handler: Duration::from_secs(10 * 60),
             commit_wait: Duration::from_secs(5),
+            in_flight_wait: Duration::from_secs(2),
             key_fields: Arc::default(),
         }
     }
@@ -125,6 +134,19 @@ impl GuardConfig {
     pub fn with_commit_wait(mut self, wait: Duration) -> Self {
         self.commit_wait = wait;
         self
+    }
+
+    /// This configuration with a call whose operation is in flight elsewhere waiting `wait` for
+    /// its outcome (see [`GuardConfig::in_flight_wait`]).
+    pub fn with_in_flight_wait(mut self, wait: Duration) -> Self {
+        self.in_flight_wait = wait;
+        self
+    }
+
+    /// How long a call waits for its operation in flight elsewhere: the setting, within half the
+    /// lease.
+    pub(super) fn in_flight_bound(&self) -> Duration {
+        self.in_flight_wait.min(self.lease.get() / 2)
     }
 
     /// How long one guarded call's work may take in all, commits apart, before its unit is

@@ -1,9 +1,117 @@
-//! What a guarded handler returns, and what the guard tells a resolve RPC.
+//! The guarded handler's trait, what it returns, and what the guard tells a resolve RPC.
 
+use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use grpc_core_api::{LedgerError, OutcomeReference, RecordedFailure};
+use prost::Message;
 use tonic::Status;
+
+use super::Operation;
+
+/// A keyed mutation's handler: what the guard runs once per operation, inside the unit of work
+/// `Tx` (the store's transaction) that also holds the operation's claim, and how a duplicate is
+/// answered from what the first run recorded.
+///
+/// The guard owns the transaction and lends it for each call: it commits or rolls it back itself
+/// afterwards, so nothing of the handler can outlive its unit. Both methods run in a task of the
+/// guard's own, so their futures must be `Send`; write them as `async fn` in the impl.
+///
+/// ```
+/// use grpc_core_api::OutcomeReference;
+/// use grpc_tonic::{Committed, GuardedHandler, HandlerError, Operation};
+/// use tonic::Status;
+///
+/// /// The request and response of a `Transfer` method (prost would generate these).
+/// #[derive(Clone, PartialEq, prost::Message)]
+/// pub struct TransferRequest {
+///     #[prost(int64, tag = "1")]
+///     pub amount: i64,
+/// }
+///
+/// struct Transfer;
+///
+/// impl<Tx: Send + Sync> GuardedHandler<Tx> for Transfer {
+///     type Request = TransferRequest;
+///     type Response = String;
+///
+///     async fn handle(
+///         &self,
+///         _txn: &Tx,
+///         request: TransferRequest,
+///         _operation: &Operation,
+///     ) -> Result<Committed<String>, HandlerError> {
+///         if request.amount <= 0 {
+///             return Err(HandlerError::Terminal(Status::invalid_argument("no amount")));
+///         }
+///         // The business write on `_txn`, then what a replay rebuilds the answer from.
+///         let id = "transfer-1";
+///         Ok(Committed {
+///             response: id.to_owned(),
+///             outcome: OutcomeReference::parse(id).expect("a short printable id"),
+///         })
+///     }
+///
+///     async fn replay(
+///         &self,
+///         _txn: &Tx,
+///         outcome: OutcomeReference,
+///         _operation: &Operation,
+///     ) -> Result<String, Status> {
+///         Ok(outcome.as_str().to_owned())
+///     }
+/// }
+/// ```
+pub trait GuardedHandler<Tx: Send + Sync>: Send + Sync + 'static {
+    /// The method's request message (its fingerprint is taken by the guard).
+    type Request: Message + Send + 'static;
+    /// The method's response.
+    type Response: Send + 'static;
+
+    /// Runs the operation: its business writes on `txn`, its answer and the reference a replay
+    /// rebuilds the answer from. Runs at most once per operation that commits (claim-committed-
+    /// first may run it again after a takeover: see [`Operation::took_over`]).
+    fn handle(
+        &self,
+        txn: &Tx,
+        request: Self::Request,
+        operation: &Operation,
+    ) -> impl Future<Output = Result<Committed<Self::Response>, HandlerError>> + Send;
+
+    /// Answers a duplicate of an operation that committed with `outcome`: reads what the first
+    /// run stored (on `txn`, a unit the guard rolls back) and rebuilds the response.
+    fn replay(
+        &self,
+        txn: &Tx,
+        outcome: OutcomeReference,
+        operation: &Operation,
+    ) -> impl Future<Output = Result<Self::Response, Status>> + Send;
+}
+
+/// A shared handler is a handler: a service can keep one `Arc` and hand a clone to each call.
+impl<Tx: Send + Sync, H: GuardedHandler<Tx>> GuardedHandler<Tx> for Arc<H> {
+    type Request = H::Request;
+    type Response = H::Response;
+
+    fn handle(
+        &self,
+        txn: &Tx,
+        request: Self::Request,
+        operation: &Operation,
+    ) -> impl Future<Output = Result<Committed<Self::Response>, HandlerError>> + Send {
+        (**self).handle(txn, request, operation)
+    }
+
+    fn replay(
+        &self,
+        txn: &Tx,
+        outcome: OutcomeReference,
+        operation: &Operation,
+    ) -> impl Future<Output = Result<Self::Response, Status>> + Send {
+        (**self).replay(txn, outcome, operation)
+    }
+}
 
 /// What a handler returns when its business write succeeded: the response, and the reference a
 /// replay will rebuild it from.

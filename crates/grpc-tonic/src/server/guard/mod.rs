@@ -12,19 +12,21 @@ mod claim_first;
 mod committed_claim;
 mod config;
 mod handler;
+mod in_flight;
 mod lease_keeper;
+mod operation;
 mod unit;
 mod write_once;
 
 pub use config::{GuardConfig, GuardMode};
-pub use handler::{Committed, HandlerError, Resolved};
+pub use handler::{Committed, GuardedHandler, HandlerError, Resolved};
+pub use operation::Operation;
 
-use std::future::Future;
 use std::sync::Arc;
 
 use grpc_core_api::{
-    Completion, DownstreamLabel, GrpcMethod, GrpcOperationIdentity, IdempotencyKey, InvalidInput,
-    LedgerError, LedgerUnitsOfWork, OutcomeReference, RequestFingerprint,
+    Completion, GrpcMethod, GrpcOperationIdentity, IdempotencyKey, InvalidInput, LedgerError,
+    LedgerUnitsOfWork, RequestFingerprint,
 };
 use prost::Message;
 use tonic::metadata::MetadataMap;
@@ -104,7 +106,8 @@ where
     /// The identity of a call to `method`: its caller (from an authenticated source), the method,
     /// and the hash of its idempotency key from the key header. Refusals are INVALID_ARGUMENT with
     /// `ErrorInfo`. (A method that takes its key from its request's body has it read by
-    /// [`run`](Self::run) and [`downstream_key`](Self::downstream_key), which see the message.)
+    /// [`run`](Self::run), which sees the message, and handed to the handler in its
+    /// [`Operation`].)
     pub fn identity(
         &self,
         method: &GrpcMethod,
@@ -160,86 +163,42 @@ where
             .fingerprint_message_with_key(method, message, field)?)
     }
 
-    /// The idempotency key the handler of this request's operation sends on its downstream call
-    /// `label` (the same on every resend, takeover and replica; see
-    /// [`KeyHasher::downstream_key`](grpc_core_api::KeyHasher::downstream_key)): call it before
-    /// [`run`](Self::run) and move the key into the handler, which sends it as the downstream
-    /// call's idempotency key (with the executor's `call_keyed`, as the `idempotency-key` metadata
-    /// under a RetryLayer, or as the `Idempotency-Key` header of an HTTP provider). Refused as
-    /// `run` refuses the request (no key, no authenticated caller).
-    pub fn downstream_key<M: Message>(
-        &self,
-        method: &GrpcMethod,
-        request: &Request<M>,
-        label: &DownstreamLabel,
-    ) -> Result<IdempotencyKey, Status> {
-        let (_, body_key) = self.fingerprint_and_body_key(method, request.get_ref())?;
-        let identity = self.identity_with_body_key(
-            method,
-            request.metadata(),
-            request.extensions(),
-            body_key.as_deref(),
-        )?;
-        Ok(self.config.hasher.downstream_key(&identity, label))
-    }
-
-    /// Runs `handler` once per identity: claim, handler (its writes on the unit's transaction),
-    /// transition, commit. A duplicate gets `replay` of the stored outcome (or the stored
-    /// failure) with `idempotent-replayed: true`; a key reused with another request is
-    /// FAILED_PRECONDITION; an operation still in flight is ABORTED with a retry delay. A request
-    /// that says it is a resend (`grpc-previous-rpc-attempts` above 0) is looked up by its key
-    /// first: a finished operation is answered from that one read, anything else goes on to the
-    /// claim (ADR 0016).
-    ///
-    /// The handler and the replay receive the unit's transaction as an `Arc`; they must not keep
-    /// it past their future, since the guard commits or rolls it back afterwards (a handler that
-    /// does gets INTERNAL, and nothing it did is committed). A borrow would let the compiler check
-    /// this instead, but the handler's future must be `Send + 'static` to run in the unit's own
-    /// task (below), and Rust cannot yet state `Send` for the future of an async closure that
-    /// borrows its argument (`AsyncFnOnce` gives that future no nameable type); the `Arc` is the
-    /// price of the unit running to its end.
+    /// Runs `handler` once per identity: claim, [`GuardedHandler::handle`] (its writes on the
+    /// unit's transaction), transition, commit. A duplicate gets [`GuardedHandler::replay`] of the
+    /// stored outcome (or the stored failure) with `idempotent-replayed: true`; a key reused with
+    /// another request is FAILED_PRECONDITION; an operation still in flight is ABORTED with a
+    /// retry delay. A request that says it is a resend (`grpc-previous-rpc-attempts` above 0) is
+    /// looked up by its key first: a finished operation is answered from that one read, anything
+    /// else goes on to the claim (ADR 0016).
     ///
     /// The unit of work runs in a task of its own, so that once begun it reaches its commit or
     /// rollback even when the caller goes away (a client's cancel or deadline drops this future):
     /// a unit dropped in the middle of a statement would leave its pooled connection in a state
     /// the next user inherits (on MariaDB, a transaction still open there, error 1568 for the
-    /// next unit on that connection), and its claim's fate to the driver.
-    pub async fn run<M, R, H, HF, P, PF>(
+    /// next unit on that connection), and its claim's fate to the driver. That is why the
+    /// handler is moved in (`'static`): keep its shared state in an `Arc`.
+    pub async fn run<H>(
         &self,
         method: &GrpcMethod,
-        request: Request<M>,
+        request: Request<H::Request>,
         handler: H,
-        replay: P,
-    ) -> Result<Response<R>, Status>
+    ) -> Result<Response<H::Response>, Status>
     where
-        M: Message + Send + 'static,
-        R: Send + 'static,
-        H: FnOnce(Arc<U::Transaction>, M) -> HF + Send + 'static,
-        HF: Future<Output = Result<Committed<R>, HandlerError>> + Send + 'static,
-        P: FnOnce(Arc<U::Transaction>, OutcomeReference) -> PF + Send + 'static,
-        PF: Future<Output = Result<R, Status>> + Send + 'static,
+        H: GuardedHandler<U::Transaction>,
     {
         let (metadata, extensions, message) = request.into_parts();
         let (fingerprint, body_key) = self.fingerprint_and_body_key(method, &message)?;
         let identity =
             self.identity_with_body_key(method, &metadata, &extensions, body_key.as_deref())?;
         let resend = says_it_is_a_resend(&metadata);
+        let operation = Operation::new(identity, metadata, extensions, self.config.hasher.clone());
         let guard = self.clone();
-        let method = method.clone();
         to_the_end(
             self.config.unit_time_bound(),
             self.config.commit_wait,
             async move {
                 guard
-                    .run_unit(
-                        &method,
-                        identity,
-                        fingerprint,
-                        resend,
-                        message,
-                        handler,
-                        replay,
-                    )
+                    .run_unit(operation, fingerprint, resend, message, &handler)
                     .await
             },
         )
@@ -249,19 +208,13 @@ where
     /// [`run`](Self::run) for the method [`MethodFromPathLayer`](crate::MethodFromPathLayer) read
     /// from the request's path (the layer must be installed on the server; without it the call is
     /// refused as INTERNAL, never guessed).
-    pub async fn run_request<M, R, H, HF, P, PF>(
+    pub async fn run_request<H>(
         &self,
-        request: Request<M>,
+        request: Request<H::Request>,
         handler: H,
-        replay: P,
-    ) -> Result<Response<R>, Status>
+    ) -> Result<Response<H::Response>, Status>
     where
-        M: Message + Send + 'static,
-        R: Send + 'static,
-        H: FnOnce(Arc<U::Transaction>, M) -> HF + Send + 'static,
-        HF: Future<Output = Result<Committed<R>, HandlerError>> + Send + 'static,
-        P: FnOnce(Arc<U::Transaction>, OutcomeReference) -> PF + Send + 'static,
-        PF: Future<Output = Result<R, Status>> + Send + 'static,
+        H: GuardedHandler<U::Transaction>,
     {
         let method = request
             .extensions()
@@ -270,7 +223,7 @@ where
             .ok_or_else(|| {
                 Status::internal("the server has no MethodFromPathLayer to name the method")
             })?;
-        self.run(&method, request, handler, replay).await
+        self.run(&method, request, handler).await
     }
 
     /// What became of the `method` operation named by this request's key and caller, read from
@@ -293,7 +246,7 @@ where
             async move {
                 // A read-only unit: a look-up takes no write lock (SQLite's one writer stays
                 // with the claims).
-                let transaction = Arc::new(guard.units.begin_read().await.map_err(Status::from)?);
+                let transaction = guard.units.begin_read().await.map_err(Status::from)?;
                 let found = guard.units.ledger(&transaction).look_up(&identity).await;
                 guard.roll_back(transaction).await;
                 found.map_err(Status::from)

@@ -1,21 +1,17 @@
 //! One unit of work of a guarded call: begin, the protocol's step before the handler, the
 //! handler, the protocol's step after, commit or roll back; run to its end in a task of its own.
 
-use std::future::Future;
-use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use grpc_core_api::{
-    CallerFingerprint, Completion, GrpcMethod, GrpcOperationIdentity, LedgerUnitsOfWork,
-    OperationRecord, OutcomeReference, REPLAYED_METADATA_KEY, RecordedFailure, RequestFingerprint,
-    Version,
+    CallerFingerprint, Completion, GrpcMethod, LedgerUnitsOfWork, OperationRecord,
+    REPLAYED_METADATA_KEY, RecordedFailure, RequestFingerprint, Version,
 };
-use prost::Message;
 use tonic::metadata::{MetadataMap, MetadataValue};
 use tonic::{Code, Response, Status};
 
 use super::bounds::{AfterCommit, commit_phase, cut_while_working};
-use super::{Committed, GuardMode, HandlerError, KeyedMutationGuard};
+use super::{Committed, GuardMode, GuardedHandler, HandlerError, KeyedMutationGuard, Operation};
 use crate::metrics::LedgerAnswer;
 
 impl<U> KeyedMutationGuard<U>
@@ -27,69 +23,58 @@ where
     /// A duplicate found at either step is replayed and the unit rolled back. A request that
     /// says it is a `resend` is looked up first under claim-first too (see
     /// [`claim_first`](Self::claim_first)).
-    #[allow(clippy::too_many_arguments)]
-    pub(super) async fn run_unit<M, R, H, HF, P, PF>(
+    pub(super) async fn run_unit<H: GuardedHandler<U::Transaction>>(
         &self,
-        method: &GrpcMethod,
-        identity: GrpcOperationIdentity,
+        mut operation: Operation,
         fingerprint: RequestFingerprint,
         resend: bool,
-        message: M,
-        handler: H,
-        replay: P,
-    ) -> Result<Response<R>, Status>
-    where
-        M: Message + Send,
-        R: Send,
-        H: FnOnce(Arc<U::Transaction>, M) -> HF + Send,
-        HF: Future<Output = Result<Committed<R>, HandlerError>> + Send,
-        P: FnOnce(Arc<U::Transaction>, OutcomeReference) -> PF + Send,
-        PF: Future<Output = Result<R, Status>> + Send,
-    {
+        message: H::Request,
+        handler: &H,
+    ) -> Result<Response<H::Response>, Status> {
         if self.config.mode == GuardMode::ClaimCommittedFirst {
             return self
-                .run_with_committed_claim(
-                    method,
-                    identity,
-                    fingerprint,
-                    resend,
-                    message,
-                    handler,
-                    replay,
-                )
+                .run_with_committed_claim(operation, fingerprint, resend, message, handler)
                 .await;
         }
+        let method = operation.method().clone();
         let started = Instant::now();
-        let transaction = Arc::new(self.units.begin().await.map_err(Status::from)?);
+        let transaction = self.units.begin().await.map_err(Status::from)?;
         let before = match self.config.mode {
             GuardMode::WriteOnceInTransactionOnly => {
-                self.look_up_first(&transaction, &identity, &fingerprint)
+                self.look_up_first(&transaction, operation.identity(), &fingerprint)
                     .await
             }
             _ => {
-                self.claim_first(&transaction, &identity, &fingerprint, resend)
+                self.claim_first(&transaction, operation.identity(), &fingerprint, resend)
                     .await
             }
         };
         if let Some(metrics) = &self.metrics {
-            metrics.claimed(method, started.elapsed());
+            metrics.claimed(&method, started.elapsed());
         }
         let claimed = match before {
             Ok(Before::RunHandler { claimed }) => claimed,
             Ok(Before::Replay(record)) => {
                 return self
-                    .replay_and_roll_back(method, transaction, *record, replay)
+                    .replay_and_roll_back(transaction, *record, handler, &operation)
+                    .await;
+            }
+            Ok(Before::InFlight { retry_after }) => {
+                self.roll_back(transaction).await;
+                return self
+                    .wait_for_twin(&operation, &fingerprint, handler, retry_after)
                     .await;
             }
             Err(status) => {
                 return self
-                    .refused(method, identity.caller(), transaction, status)
+                    .refused(&method, operation.identity().caller(), transaction, status)
                     .await;
             }
         };
+        operation.taken_over(claimed.is_some_and(|claim| claim.took_over));
         tracing::debug!(method = %method, claimed = claimed.is_some(), "running the handler");
-        let (completion, answer) = match recorded(handler(Arc::clone(&transaction), message).await)
-        {
+        let handled = handler.handle(&transaction, message, &operation).await;
+        let (completion, answer) = match recorded(handled) {
             Ok(recorded) => recorded,
             Err(status) => {
                 self.roll_back(transaction).await;
@@ -97,20 +82,24 @@ where
             }
         };
         match claimed {
-            Some(version) => {
-                self.complete(transaction, &identity, version, &completion)
-                    .await?;
+            Some(claim) => {
+                self.complete(
+                    transaction,
+                    operation.identity(),
+                    claim.version,
+                    &completion,
+                )
+                .await?;
                 answer
             }
             None => {
                 self.record_and_commit(
-                    method,
                     transaction,
-                    &identity,
                     &fingerprint,
                     completion,
                     answer,
-                    replay,
+                    handler,
+                    &operation,
                 )
                 .await
             }
@@ -125,7 +114,7 @@ where
         &self,
         method: &GrpcMethod,
         caller: &CallerFingerprint,
-        transaction: Arc<U::Transaction>,
+        transaction: U::Transaction,
         status: Status,
     ) -> Result<Response<R>, Status> {
         match status.code() {
@@ -145,17 +134,14 @@ where
 
     /// Answers a duplicate from `record` (the replayed outcome, or the recorded failure) and rolls
     /// the unit of work back.
-    pub(super) async fn replay_and_roll_back<R, P, PF>(
+    pub(super) async fn replay_and_roll_back<H: GuardedHandler<U::Transaction>>(
         &self,
-        method: &GrpcMethod,
-        transaction: Arc<U::Transaction>,
+        transaction: U::Transaction,
         record: OperationRecord,
-        replay: P,
-    ) -> Result<Response<R>, Status>
-    where
-        P: FnOnce(Arc<U::Transaction>, OutcomeReference) -> PF + Send,
-        PF: Future<Output = Result<R, Status>> + Send,
-    {
+        handler: &H,
+        operation: &Operation,
+    ) -> Result<Response<H::Response>, Status> {
+        let method = operation.method();
         tracing::info!(
             method = %method,
             caller = %record.identity.caller(),
@@ -164,7 +150,8 @@ where
         );
         self.answered(method, LedgerAnswer::Replay);
         let answer = match record.finished {
-            Some((_, Completion::Committed(outcome))) => replay(Arc::clone(&transaction), outcome)
+            Some((_, Completion::Committed(outcome))) => handler
+                .replay(&transaction, outcome, operation)
                 .await
                 .map(replayed),
             Some((_, Completion::Failed(failure))) => Err(replayed_failure(&failure)),
@@ -177,19 +164,16 @@ where
     /// Commits the unit of work the guard began, its last, under the commit's own time bound
     /// ([`commit_phase`]); a failed commit is the answer (it did not take effect, or its outcome
     /// is unknown and a keyed retry will find out: `OUTCOME_UNKNOWN`).
-    pub(super) async fn commit(&self, transaction: Arc<U::Transaction>) -> Result<(), Status> {
+    pub(super) async fn commit(&self, transaction: U::Transaction) -> Result<(), Status> {
         self.commit_then(transaction, AfterCommit::Answers).await
     }
 
     /// [`commit`](Self::commit), saying what the unit does after it.
     pub(super) async fn commit_then(
         &self,
-        transaction: Arc<U::Transaction>,
+        transaction: U::Transaction,
         after: AfterCommit,
     ) -> Result<(), Status> {
-        let transaction = Arc::try_unwrap(transaction).map_err(|_| {
-            Status::internal("a handler kept the unit of work's transaction past its call")
-        })?;
         match commit_phase(after, self.units.commit(transaction)).await {
             Some(committed) => committed.map_err(Status::from),
             // The work's bound cut the unit first: the transaction, never committed, is dropped.
@@ -200,11 +184,7 @@ where
     /// Rolls back the unit of work the guard began. A rollback that fails changes nothing the
     /// caller is told (the store discards an unfinished transaction whose connection ends), so it
     /// is logged and the real answer kept.
-    pub(super) async fn roll_back(&self, transaction: Arc<U::Transaction>) {
-        let Ok(transaction) = Arc::try_unwrap(transaction) else {
-            tracing::error!("a handler kept the unit of work's transaction past its call");
-            return;
-        };
+    pub(super) async fn roll_back(&self, transaction: U::Transaction) {
         if let Err(error) = self.units.rollback(transaction).await {
             tracing::warn!(%error, "rolling back a unit of work failed; the answer stands");
         }
@@ -269,10 +249,22 @@ fn replayed_failure(failure: &RecordedFailure) -> Status {
     failure.to_status(metadata)
 }
 
+/// The claim a unit holds while its handler runs.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Claim {
+    /// Its version, which fences its transition.
+    pub(super) version: Version,
+    /// Whether it was taken over from an attempt whose lease ran out.
+    pub(super) took_over: bool,
+}
+
 /// What the step before the handler decided.
 pub(super) enum Before {
-    /// Run the handler; `claimed` is the claim's version (claim-first), or `None` (write-once).
-    RunHandler { claimed: Option<Version> },
+    /// Run the handler; `claimed` is the claim (claim-first), or `None` (write-once).
+    RunHandler { claimed: Option<Claim> },
     /// The operation already finished: replay this record.
     Replay(Box<OperationRecord>),
+    /// Another attempt holds the operation, its lease this long from running out: wait for it
+    /// ([`wait_for_twin`](KeyedMutationGuard::wait_for_twin)).
+    InFlight { retry_after: Duration },
 }

@@ -1,17 +1,14 @@
 //! Write-once (for handlers whose every effect is in the unit's transaction): a finished
 //! operation looked up before the handler, and one record of the finished operation after it.
 
-use std::future::Future;
-use std::sync::Arc;
-
 use grpc_core_api::{
-    Completion, GrpcMethod, GrpcOperationIdentity, LedgerError, LedgerUnitsOfWork,
-    OutcomeReference, RecordOutcome, RequestFingerprint,
+    Completion, GrpcOperationIdentity, LedgerError, LedgerUnitsOfWork, RecordOutcome,
+    RequestFingerprint,
 };
 use tonic::{Response, Status};
 
-use super::KeyedMutationGuard;
 use super::unit::Before;
+use super::{GuardedHandler, KeyedMutationGuard, Operation};
 use crate::metrics::LedgerAnswer;
 
 impl<U> KeyedMutationGuard<U>
@@ -38,21 +35,16 @@ where
 
     /// Write-once's step after the handler: record the finished operation and commit, or, when
     /// another unit finished it first, roll back and replay that one.
-    #[allow(clippy::too_many_arguments)]
-    pub(super) async fn record_and_commit<R, P, PF>(
+    pub(super) async fn record_and_commit<H: GuardedHandler<U::Transaction>>(
         &self,
-        method: &GrpcMethod,
-        transaction: Arc<U::Transaction>,
-        identity: &GrpcOperationIdentity,
+        transaction: U::Transaction,
         fingerprint: &RequestFingerprint,
         completion: Completion,
-        answer: Result<Response<R>, Status>,
-        replay: P,
-    ) -> Result<Response<R>, Status>
-    where
-        P: FnOnce(Arc<U::Transaction>, OutcomeReference) -> PF + Send,
-        PF: Future<Output = Result<R, Status>> + Send,
-    {
+        answer: Result<Response<H::Response>, Status>,
+        handler: &H,
+        operation: &Operation,
+    ) -> Result<Response<H::Response>, Status> {
+        let (method, identity) = (operation.method(), operation.identity());
         let recorded = self
             .units
             .ledger(&transaction)
@@ -65,7 +57,7 @@ where
             }
             Ok(RecordOutcome::Completed(record)) => {
                 tracing::debug!(method = %method, "a duplicate finished first; its effect stands");
-                self.replay_and_roll_back(method, transaction, *record, replay)
+                self.replay_and_roll_back(transaction, *record, handler, operation)
                     .await
             }
             Ok(RecordOutcome::InProgress { retry_after }) => {
