@@ -32,9 +32,11 @@ pub(crate) enum Task {
         #[arg(long)]
         quick: bool,
     },
-    /// The README's "From an empty crate" kit, written as a crate outside the workspace, built and
+    /// The guide's "From an empty crate" kit, written as a crate outside the workspace, built and
     /// run (also part of `test`).
     Kit,
+    /// The guide (`docs/guide`) built with mdBook into `target/guide` (also part of `test`).
+    Guide,
     /// Every cargo-fuzz target (service config, method, key parsers) for N s each.
     Fuzz {
         /// How long each target runs, in seconds.

@@ -1,7 +1,8 @@
-//! The README's "From an empty crate" kit, checked as a newcomer would use it: every block marked
+//! The guide's "From an empty crate" kit (`docs/guide/src/adoption.md`), checked as a newcomer
+//! would use it: every block marked
 //! `<!-- kit: PATH -->` is written to PATH in a crate outside the workspace, the option's `.proto`
-//! is copied where the README says, and the crate is built and run. Only the path of this
-//! repository (the README's `../grpc-safe-retries`) is rewritten; nothing else of the text is.
+//! is copied where the chapter says, and the crate is built and run. Only the path of this
+//! repository (the chapter's `../grpc-safe-retries`) is rewritten; nothing else of the text is.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
@@ -10,8 +11,11 @@ use anyhow::{Context, Result, bail};
 
 use crate::cmd;
 
-/// Where the README's paths say this repository is, relative to the new crate.
+/// Where the kit's paths say this repository is, relative to the new crate.
 const REPOSITORY: &str = "../grpc-safe-retries";
+
+/// The guide's chapter that holds the kit.
+const CHAPTER: &str = "docs/guide/src/adoption.md";
 
 /// The files the kit must have.
 const FILES: [&str; 4] = [
@@ -45,7 +49,7 @@ pub(crate) fn blocks(readme: &str) -> Result<Vec<(String, String)>> {
     }
     for file in FILES {
         if !blocks.iter().any(|(path, _)| path == file) {
-            bail!("the README's kit has no block for {file}");
+            bail!("the guide's kit has no block for {file}");
         }
     }
     Ok(blocks)
@@ -53,7 +57,7 @@ pub(crate) fn blocks(readme: &str) -> Result<Vec<(String, String)>> {
 
 /// Writes the kit beside a stand-in for this repository, builds it and runs it.
 pub(crate) fn check(root: &Path, interrupted: &AtomicBool) -> Result<String> {
-    let readme = std::fs::read_to_string(root.join("README.md")).context("README.md")?;
+    let readme = std::fs::read_to_string(root.join(CHAPTER)).context(CHAPTER)?;
     let base = std::env::temp_dir().join(format!("grpc-safe-retries-kit-{}", std::process::id()));
     let krate = base.join("your-orders");
     let _ = std::fs::remove_dir_all(&base);
@@ -63,7 +67,7 @@ pub(crate) fn check(root: &Path, interrupted: &AtomicBool) -> Result<String> {
         std::fs::create_dir_all(file.parent().expect("a file in a directory"))?;
         std::fs::write(&file, text).with_context(|| format!("writing {}", file.display()))?;
     }
-    // The README's copy step.
+    // The chapter's copy step.
     let options = Path::new("proto/grpc_safe_retries/v1/options.proto");
     std::fs::create_dir_all(krate.join(options.parent().expect("a directory")))?;
     std::fs::copy(
@@ -86,7 +90,7 @@ pub(crate) fn check(root: &Path, interrupted: &AtomicBool) -> Result<String> {
         &[("CARGO_TARGET_DIR", &target.display().to_string())],
         interrupted,
     )
-    .context("the README's kit, built and run as a new crate")?;
+    .context("the guide's kit, built and run as a new crate")?;
     let _ = std::fs::remove_dir_all(&base);
     Ok(output)
 }
@@ -104,8 +108,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_readme_has_every_file_of_the_kit() {
-        let readme = std::fs::read_to_string(repository_root().join("README.md")).unwrap();
+    fn the_guide_has_every_file_of_the_kit() {
+        let readme = std::fs::read_to_string(repository_root().join(CHAPTER)).unwrap();
         let blocks = blocks(&readme).unwrap();
         let cargo = &blocks
             .iter()

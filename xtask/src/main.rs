@@ -14,6 +14,7 @@ mod cli;
 mod cmd;
 mod fuzz;
 mod galera;
+mod guide;
 mod host;
 mod kit;
 mod mariadb;
@@ -60,6 +61,7 @@ fn main() -> ExitCode {
 fn run(task: Task) -> Result<()> {
     match task {
         Task::Test => test(),
+        Task::Guide => guide::build(&*cmd::install_interrupt_flag()?),
         Task::Kit => {
             // The kit's output is shown as it runs.
             kit::check(&kit::repository_root(), &*cmd::install_interrupt_flag()?).map(|_| ())
@@ -123,6 +125,33 @@ fn test() -> Result<()> {
         &interrupted,
     )
     .context("clippy")?;
+    // Each store of the SeaORM adapter alone, as a crate outside the workspace that depends on it
+    // with one backend builds it (no other store's driver in its tree).
+    for backend in ["postgres", "mysql", "sqlite"] {
+        cmd::cargo(
+            &[
+                "clippy",
+                "--package",
+                "grpc-operation-ledger-seaorm",
+                "--no-default-features",
+                "--features",
+                backend,
+                "--",
+                "-D",
+                "warnings",
+            ],
+            &[],
+            &interrupted,
+        )
+        .with_context(|| format!("the SeaORM adapter with only its `{backend}` feature"))?;
+    }
+    // The docs with every feature, as docs.rs builds them: no broken link, no warning.
+    cmd::cargo(
+        &["doc", "--workspace", "--no-deps", "--all-features"],
+        &[("RUSTDOCFLAGS", "-D warnings")],
+        &interrupted,
+    )
+    .context("the documentation")?;
     python_peers().context("installing the Python peers of the tests")?;
     let sarif_schema = sarif_schema().context("fetching the SARIF 2.1.0 schema")?;
     let database = postgres::for_tests()?;
@@ -194,8 +223,10 @@ fn test() -> Result<()> {
             )
             .with_context(|| format!("the example {example}"))?;
         }
-        // The README's kit, as a crate of its own outside the workspace.
+        // The guide's kit, as a crate of its own outside the workspace.
         output += &kit::check(&kit::repository_root(), &interrupted)?;
+        // The guide itself, as a reader gets it.
+        guide::build(&interrupted)?;
         Ok(output)
     });
     // The servers are stopped here, before the result is reported, whatever the tests did.

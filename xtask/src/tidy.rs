@@ -218,6 +218,100 @@ mod tests {
         );
     }
 
+    /// The distinct crates in `package`'s normal dependency tree (itself included) with `features`
+    /// (`None`: its defaults), as `cargo tree -e normal` prints them.
+    fn tree_of(package: &str, features: Option<&str>) -> BTreeSet<String> {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+        let mut command = Command::new(cargo);
+        command.current_dir(workspace_root()).args([
+            "tree",
+            "--quiet",
+            "--package",
+            package,
+            "--edges",
+            "normal",
+            "--prefix",
+            "none",
+        ]);
+        if let Some(features) = features {
+            command.args(["--no-default-features", "--features", features]);
+        }
+        let out = command.output().expect("cargo tree runs");
+        assert!(out.status.success(), "cargo tree failed for {package}");
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(|line| line.trim_end_matches(" (*)").to_owned())
+            .collect()
+    }
+
+    /// The README's table of library crates says how many crates each one's tree holds: what
+    /// cargo tree counts today, for its defaults and for each store of the SeaORM adapter alone.
+    #[test]
+    fn the_readmes_dependency_counts_are_cargo_trees() {
+        let readme = std::fs::read_to_string(workspace_root().join("README.md")).unwrap();
+        let mut rows = 0;
+        for line in readme.lines() {
+            let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+            let [_, name, features, count, _] = cells[..] else {
+                continue;
+            };
+            let Ok(count) = count.parse::<usize>() else {
+                continue;
+            };
+            let package = name.split('`').nth(1).expect("a crate name in backquotes");
+            rows += 1;
+            assert_eq!(
+                tree_of(package, None).len(),
+                count,
+                "{package}: the README's dependency count is stale"
+            );
+            if let Some(alone) = features
+                .split_once("each alone: ")
+                .map(|(_, rest)| rest.trim_end_matches(')'))
+            {
+                let stores = ["postgres", "mysql", "sqlite"];
+                for (store, count) in stores.iter().zip(alone.split(", ")) {
+                    assert_eq!(
+                        tree_of(package, Some(store)).len().to_string(),
+                        count,
+                        "{package} with only `{store}`: the README's count is stale"
+                    );
+                }
+            }
+        }
+        assert_eq!(
+            rows, 8,
+            "the README's table of library crates, read as written"
+        );
+    }
+
+    /// A crate that depends on the SeaORM adapter with one store gets that store's driver and no
+    /// other's (no SQLite C library without `sqlite`).
+    #[test]
+    fn each_store_of_the_seaorm_adapter_brings_only_its_driver() {
+        let drivers = [
+            ("postgres", "sqlx-postgres"),
+            ("mysql", "sqlx-mysql"),
+            ("sqlite", "sqlx-sqlite"),
+        ];
+        for (feature, driver) in drivers {
+            let tree = tree_of("grpc-operation-ledger-seaorm", Some(feature));
+            let has = |name: &str| {
+                tree.iter()
+                    .any(|line| line.starts_with(&format!("{name} ")))
+            };
+            assert!(has(driver), "with `{feature}`: no {driver}");
+            for (_, other) in drivers.iter().filter(|(f, _)| *f != feature) {
+                assert!(!has(other), "with only `{feature}`: {other} is in the tree");
+            }
+            assert_eq!(
+                has("libsqlite3-sys"),
+                feature == "sqlite",
+                "with only `{feature}`: SQLite's C library"
+            );
+        }
+    }
+
     /// docs/architecture.md: the core and the policy pull in no tokio runtime.
     #[test]
     fn pure_crates_pull_in_no_tokio_runtime() {

@@ -56,6 +56,19 @@ impl During {
     }
 }
 
+/// PostgreSQL's answer when a connection's prepared statements are not where its driver left
+/// them (SQLSTATE 42P05, 26000), which is what a pooler in transaction pooling does by handing
+/// each transaction another server connection: INTERNAL (a retry meets it again), with `advice`,
+/// the adapter's own way out (the setting that stops the caching). The one wording of that
+/// message, for every adapter.
+pub fn statements_lost_behind_a_pooler(advice: &str) -> LedgerError {
+    LedgerError::internal(format!(
+        "prepared statements were lost between transactions: a pooler in transaction pooling \
+         stands in front of PostgreSQL and hands each transaction another server connection; \
+         {advice}"
+    ))
+}
+
 /// A PostgreSQL SQLSTATE code (`code`) to a ledger error: first the codes that need a meaning of their own,
 /// then whole classes. A transient state of the store (the unit of work did not take effect, or
 /// its outcome is unknown and a keyed retry is safe) is `Unavailable`; `Internal` is only for
@@ -87,10 +100,8 @@ fn sqlstate_meaning(code: &str, phase: During) -> LedgerError {
         // duplicate_prepared_statement, invalid_sql_statement_name: the connection's named
         // statements are not where the driver left them, which is what a pooler that hands each
         // transaction another server connection does to them
-        "42P05" | "26000" => LedgerError::internal(
-            "prepared statements were lost between transactions: behind a pooler in \
-             transaction pooling, prepare no statement outside a transaction and cache none \
-             across transactions",
+        "42P05" | "26000" => statements_lost_behind_a_pooler(
+            "prepare no statement outside a transaction and cache none across transactions",
         ),
         "23514" => LedgerError::internal("a ledger row violated a CHECK constraint"),
         // unique_violation cannot happen on a claim (ON CONFLICT DO NOTHING); anywhere else it

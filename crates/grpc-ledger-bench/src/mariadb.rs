@@ -3,11 +3,11 @@
 use super::*;
 
 /// Keyed against business writes on MariaDB (on one server, next to the same units run by
-/// mariadb-slap: [`slap_limit`]): one server (`urls` of one node) or a Galera
+/// mariadb-slap: `slap_limit`): one server (`urls` of one node) or a Galera
 /// cluster (every node's URL; client `n` writes through node `n % nodes`), at each client count
 /// of `plan`. `label` names the store in the figures. Both variants begin their units as the
 /// guard does (through `SeaOrmUnitsOfWork`, READ COMMITTED), so they differ only by the ledger's
-/// claim and transition; they run [`interleaved`].
+/// claim and transition; they run interleaved.
 pub async fn mariadb_family(label: &str, urls: &[String], plan: &Plan) -> Result<Vec<Figure>> {
     let name = format!("ledger_bench_{}", std::process::id());
     let server = urls.first().context("no server URL")?;

@@ -1,5 +1,5 @@
 //! `grpc-ledger`: what an on-call engineer needs of an operation ledger without writing SQL. See
-//! the README's "Operating the ledger" section; every command takes `--url` (or
+//! the guide's "Operating the ledger" chapter (docs/guide/src/operating.md); every command takes `--url` (or
 //! `GRPC_LEDGER_URL`): `postgres://…`, `mysql://…/db` or `mariadb://…/db`, or `sqlite:PATH`.
 //!
 //! Exit codes, for scripts: 0 done; 1 refused (no such operation, a live lease, a version that

@@ -23,11 +23,34 @@ pub use chain::{
 };
 pub use client::{ClientOptions, ClientRetries, run_client};
 
-// Every Rust block of the README compiles (and the adoption examples in `examples/` run in
-// `cargo xtask test`).
+// Every Rust block of the README and of the guide compiles (and the adoption examples in
+// `examples/` run in `cargo xtask test`).
 #[cfg(doctest)]
 #[doc = include_str!("../../../README.md")]
 struct ReadmeDoctests;
+
+/// The guide's chapters (`docs/guide/src`), each a doc test as the README is.
+#[cfg(doctest)]
+mod guide {
+    #[doc = include_str!("../../../docs/guide/src/adoption.md")]
+    struct Adoption;
+    #[doc = include_str!("../../../docs/guide/src/lint.md")]
+    struct Lint;
+    #[doc = include_str!("../../../docs/guide/src/ledger.md")]
+    struct Ledger;
+    #[doc = include_str!("../../../docs/guide/src/operating.md")]
+    struct Operating;
+    #[doc = include_str!("../../../docs/guide/src/adapters.md")]
+    struct Adapters;
+    #[doc = include_str!("../../../docs/guide/src/running.md")]
+    struct Running;
+    #[doc = include_str!("../../../docs/guide/src/requests.md")]
+    struct Requests;
+    #[doc = include_str!("../../../docs/guide/src/reliability.md")]
+    struct Reliability;
+    #[doc = include_str!("../../../docs/guide/src/performance.md")]
+    struct Performance;
+}
 
 /// What a run did and what the database says about it.
 #[derive(Debug, Default, Clone)]

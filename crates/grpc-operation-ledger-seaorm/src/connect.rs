@@ -1,8 +1,10 @@
 //! Opening connections configured the way the ledger needs them.
 
+#[cfg(feature = "sqlite")]
 use std::path::Path;
 use std::time::Duration;
 
+#[cfg(feature = "sqlite")]
 use sea_orm::sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqliteSynchronous};
 use sea_orm::{ConnectOptions, Database, DatabaseConnection, DbErr};
 
@@ -69,6 +71,8 @@ impl Default for LedgerConfig {
 /// Opens (creating if missing) a SQLite file in WAL mode with the configured busy timeout, applies
 /// the ledger's migrations, and returns a pool. Several processes may open the same new file at
 /// once: a start that finds the file busy tries again for up to 30 s.
+#[cfg(feature = "sqlite")]
+#[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
 pub async fn open_sqlite(path: &Path, config: &LedgerConfig) -> Result<DatabaseConnection, DbErr> {
     let mut options = ConnectOptions::new(format!("sqlite://{}", path.display()));
     pool_options(&mut options, config);
@@ -113,6 +117,8 @@ pub async fn open_sqlite(path: &Path, config: &LedgerConfig) -> Result<DatabaseC
 /// out only when it has been idle for 30 s or more; a busy one that was cut is found by the `BEGIN`
 /// of a unit of work (`SeaOrmUnitsOfWork`), which is then sent again on another connection. A
 /// statement sent on the pool outside a unit finds a cut connection as UNAVAILABLE.
+#[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub async fn connect_postgres(
     url: &str,
     config: &LedgerConfig,
@@ -129,6 +135,15 @@ pub async fn connect_postgres(
 /// Whether `db`'s connections cache the statements they prepare (always, but on a PostgreSQL
 /// pool opened for a pooler that hands server connections over: see [`connect_postgres`]).
 /// Read from the pool's own options, which sqlx renders with their statement cache's capacity.
+#[cfg(not(feature = "postgres"))]
+pub(crate) fn caches_statements(_db: &DatabaseConnection) -> bool {
+    true
+}
+
+/// Whether `db`'s connections cache the statements they prepare (always, but on a PostgreSQL
+/// pool opened for a pooler that hands server connections over: see [`connect_postgres`]).
+/// Read from the pool's own options, which sqlx renders with their statement cache's capacity.
+#[cfg(feature = "postgres")]
 pub(crate) fn caches_statements(db: &DatabaseConnection) -> bool {
     use sea_orm::sqlx::ConnectOptions as _;
     if db.get_database_backend() != sea_orm::DbBackend::Postgres {
@@ -148,6 +163,8 @@ pub(crate) fn caches_statements(db: &DatabaseConnection) -> bool {
 /// (`SET STATEMENT max_statement_time`). Does not apply migrations. Pooled connections are
 /// pinged as [`connect_postgres`]'s are.
 /// `mariadb://` is taken for `mysql://` (the driver knows only the latter).
+#[cfg(feature = "mysql")]
+#[cfg_attr(docsrs, doc(cfg(feature = "mysql")))]
 pub async fn connect_mysql(url: &str, config: &LedgerConfig) -> Result<DatabaseConnection, DbErr> {
     let url = match url.strip_prefix("mariadb://") {
         Some(rest) => format!("mysql://{rest}"),
@@ -209,19 +226,41 @@ impl std::fmt::Display for ServerKind {
 
 /// Connects a pool to the server `url` names, PostgreSQL ([`connect_postgres`]) or MariaDB
 /// ([`connect_mysql`]), by its scheme. Does not apply migrations.
+#[cfg_attr(
+    not(any(feature = "postgres", feature = "mysql")),
+    allow(unused_variables)
+)]
 pub async fn connect_server(
     url: &str,
     config: &LedgerConfig,
 ) -> Result<(DatabaseConnection, ServerKind), DbErr> {
     let kind = ServerKind::of_url(url)?;
-    let db = match kind {
-        ServerKind::Postgres => connect_postgres(url, config).await?,
-        ServerKind::MariaDb => connect_mysql(url, config).await?,
+    let connected = match kind {
+        #[cfg(feature = "postgres")]
+        ServerKind::Postgres => connect_postgres(url, config).await,
+        #[cfg(feature = "mysql")]
+        ServerKind::MariaDb => connect_mysql(url, config).await,
+        #[allow(unreachable_patterns)]
+        _ => Err(not_built_for(kind)),
     };
-    Ok((db, kind))
+    connected.map(|db| (db, kind))
+}
+
+/// The refusal of a server this build has no driver for: the feature to enable.
+#[allow(dead_code)]
+fn not_built_for(kind: ServerKind) -> DbErr {
+    let feature = match kind {
+        ServerKind::Postgres => "postgres",
+        ServerKind::MariaDb => "mysql",
+    };
+    DbErr::Custom(format!(
+        "this build of grpc-operation-ledger-seaorm has no {kind} driver: enable its feature \
+         `{feature}`"
+    ))
 }
 
 /// Whether a server URL has no database in its path (`mysql://h:3306` or `mysql://h:3306/`).
+#[cfg(feature = "mysql")]
 fn names_no_database(url: &str) -> bool {
     url::Url::parse(url).is_ok_and(|url| url.path().trim_matches('/').is_empty())
 }
@@ -242,6 +281,7 @@ fn pool_options(options: &mut ConnectOptions, config: &LedgerConfig) {
 /// (a server restart, a killed session) is found by its unit's `BEGIN` instead, which took no
 /// effect and is sent again on another connection (`begin_unit`, `tests/pool.rs`). A SQLite
 /// connection is a file handle that nothing can cut, and is never pinged.
+#[cfg(any(feature = "postgres", feature = "mysql"))]
 const PING_WHEN_IDLE_FOR: Duration = Duration::from_secs(30);
 
 /// The URL of database `database` on the server `server_url` names: its path replaced, its
@@ -262,6 +302,7 @@ pub fn database_url(server_url: &str, database: &str) -> Result<String, DbErr> {
 mod tests {
     use super::{ServerKind, database_url};
 
+    #[cfg(feature = "mysql")]
     #[tokio::test]
     async fn a_mariadb_url_without_a_database_is_refused_with_what_to_add() {
         for url in [

@@ -4,7 +4,7 @@
 //! or detail can quote the values of a row (its key hash, its caller), and none of that belongs in
 //! an error a client may see.
 
-use grpc_core_api::store_errors::{During, from_mysql_error, from_sqlite_code, from_sqlstate};
+use grpc_core_api::store_errors::{During, from_sqlstate, statements_lost_behind_a_pooler};
 use grpc_core_api::{LedgerError, UnavailableKind};
 use sea_orm::{DbErr, RuntimeErr, error::ConnAcquireErr, sqlx};
 
@@ -71,13 +71,15 @@ fn map_sqlx(error: &sqlx::Error, phase: Phase) -> LedgerError {
         | sqlx::Error::WorkerCrashed => unavailable(UnavailableKind::ConnectionLost),
         sqlx::Error::Database(db) => {
             let code = db.code().map(|c| c.into_owned()).unwrap_or_default();
+            #[cfg(feature = "sqlite")]
             if db.try_downcast_ref::<sqlx::sqlite::SqliteError>().is_some() {
-                from_sqlite_code(&code, phase)
-            } else if let Some(mysql) = db.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>() {
-                from_mysql_error(mysql.number(), phase)
-            } else {
-                map_sqlstate(&code, phase)
+                return grpc_core_api::store_errors::from_sqlite_code(&code, phase);
             }
+            #[cfg(feature = "mysql")]
+            if let Some(mysql) = db.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>() {
+                return grpc_core_api::store_errors::from_mysql_error(mysql.number(), phase);
+            }
+            map_sqlstate(&code, phase)
         }
         _ => LedgerError::internal("unexpected driver error"),
     }
@@ -87,19 +89,26 @@ fn map_sqlx(error: &sqlx::Error, phase: Phase) -> LedgerError {
 /// statements lost behind a transaction pooler.
 fn map_sqlstate(code: &str, phase: Phase) -> LedgerError {
     match code {
-        "42P05" | "26000" => LedgerError::internal(
-            "prepared statements were lost between transactions: a pooler in transaction \
-             pooling stands in front of PostgreSQL, unseen or configured as absent, so the pool \
-             must not cache statements: connect with \
-             LedgerConfig::default().with_pooler(Pooler::TransactionPooling) (not Pooler::None) \
-             and run every statement in a unit of work",
+        // The pooler went unseen, or was configured as absent.
+        "42P05" | "26000" => statements_lost_behind_a_pooler(
+            "connect with LedgerConfig::default().with_pooler(Pooler::TransactionPooling) (not \
+             Pooler::None), so that the pool caches no statement, and run every statement in a \
+             unit of work",
         ),
         _ => from_sqlstate(code, phase),
     }
 }
 
 /// Whether `error` is MariaDB/MySQL's refusal of a duplicate key (1062): the claim's insert found
+/// the identity's row. (Never, in a build without MariaDB.)
+#[cfg(not(feature = "mysql"))]
+pub(crate) fn is_duplicate_key(_error: &DbErr) -> bool {
+    false
+}
+
+/// Whether `error` is MariaDB/MySQL's refusal of a duplicate key (1062): the claim's insert found
 /// the identity's row.
+#[cfg(feature = "mysql")]
 pub(crate) fn is_duplicate_key(error: &DbErr) -> bool {
     let (DbErr::Exec(RuntimeErr::SqlxError(e)) | DbErr::Query(RuntimeErr::SqlxError(e))) = error
     else {

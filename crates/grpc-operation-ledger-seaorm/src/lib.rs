@@ -54,6 +54,14 @@
 //! # Ok(()) }
 //! ```
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
+#[cfg(not(any(feature = "postgres", feature = "mysql", feature = "sqlite")))]
+compile_error!(
+    "grpc-operation-ledger-seaorm needs at least one store: enable its feature `postgres`, \
+     `mysql` or `sqlite`"
+);
+
 mod admin;
 mod connect;
 mod error;
@@ -77,10 +85,13 @@ pub use admin::{
     KEY_HASH_PREFIX_LEN, LedgerStats, ListFilter, ListedOperation, find_listed, ledger_stats,
     list_operations, state_named,
 };
-pub use connect::{
-    LedgerConfig, ServerKind, connect_mysql, connect_postgres, connect_server, database_url,
-    open_sqlite,
-};
+#[cfg(feature = "mysql")]
+pub use connect::connect_mysql;
+#[cfg(feature = "postgres")]
+pub use connect::connect_postgres;
+#[cfg(feature = "sqlite")]
+pub use connect::open_sqlite;
+pub use connect::{LedgerConfig, ServerKind, connect_server, database_url};
 pub use error::store_error;
 pub use ledger::{LedgerConnection, SeaOrmOperationLedger};
 pub use migration::{LEDGER_TABLE, LedgerMigrator, MIGRATIONS_TABLE, ledger_migrations, migrate};

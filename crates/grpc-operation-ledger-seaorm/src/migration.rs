@@ -91,7 +91,15 @@ pub async fn migrate(db: &sea_orm::DatabaseConnection) -> Result<(), DbErr> {
 /// inside a claim's wait, and the migration retries until the table is free.
 pub(crate) const MIGRATION_LOCK_WAIT: std::time::Duration = std::time::Duration::from_millis(200);
 
+/// Whether `error` is PostgreSQL's lock timeout (SQLSTATE 55P03): never, in a build without
+/// PostgreSQL.
+#[cfg(not(feature = "postgres"))]
+fn lock_timed_out(_error: &DbErr) -> bool {
+    false
+}
+
 /// Whether `error` is PostgreSQL's lock timeout (SQLSTATE 55P03).
+#[cfg(feature = "postgres")]
 fn lock_timed_out(error: &DbErr) -> bool {
     use sea_orm::{RuntimeErr, sqlx};
     let (DbErr::Exec(RuntimeErr::SqlxError(e)) | DbErr::Query(RuntimeErr::SqlxError(e))) = error
@@ -108,6 +116,14 @@ fn lock_timed_out(error: &DbErr) -> bool {
 /// How long a SQLite start keeps trying while other processes hold the file.
 pub(crate) const MIGRATION_PATIENCE: std::time::Duration = std::time::Duration::from_secs(30);
 
+/// Whether `error` is SQLite's busy or locked file: never, in a build without SQLite.
+#[cfg(not(feature = "sqlite"))]
+pub(crate) fn sqlite_busy(_error: &DbErr) -> bool {
+    false
+}
+
+/// Whether `error` is SQLite's busy or locked file (codes 5 and 6, extended codes included).
+#[cfg(feature = "sqlite")]
 pub(crate) fn sqlite_busy(error: &DbErr) -> bool {
     use sea_orm::{RuntimeErr, sqlx};
     let (DbErr::Conn(RuntimeErr::SqlxError(e))

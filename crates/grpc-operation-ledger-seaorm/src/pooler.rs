@@ -2,7 +2,9 @@
 //! finds out.
 
 use sea_orm::DbErr;
+#[cfg(feature = "postgres")]
 use sea_orm::sqlx::postgres::PgConnection;
+#[cfg(feature = "postgres")]
 use sea_orm::sqlx::{self, Connection, Executor, Row};
 
 use crate::{LedgerConfig, ServerKind};
@@ -81,19 +83,38 @@ pub async fn resolve_pooler(url: &str, config: LedgerConfig) -> Result<LedgerCon
     {
         return Ok(config);
     }
-    let found = probe(url).await.map_err(|error| {
-        DbErr::Custom(format!(
-            "probing for a pooler in front of PostgreSQL: {error}"
-        ))
-    })?;
+    let found = probe(url).await?;
     tracing::info!(pooler = ?found, "found what stands between the ledger and PostgreSQL");
     Ok(config.with_pooler(found))
 }
 
 /// Rounds of the probe at most; each ends the probe once it has proof.
+#[cfg(feature = "postgres")]
 const PROBE_ROUNDS: usize = 8;
 
-async fn probe(url: &str) -> Result<Pooler, sqlx::Error> {
+/// What stands in front of the PostgreSQL server `url` names: a build without PostgreSQL cannot
+/// reach one.
+#[cfg(not(feature = "postgres"))]
+async fn probe(_url: &str) -> Result<Pooler, DbErr> {
+    Err(DbErr::Custom(
+        "this build of grpc-operation-ledger-seaorm has no PostgreSQL driver: enable its feature \
+         `postgres`"
+            .to_owned(),
+    ))
+}
+
+/// What stands in front of the PostgreSQL server `url` names (see [`resolve_pooler`]).
+#[cfg(feature = "postgres")]
+async fn probe(url: &str) -> Result<Pooler, DbErr> {
+    probe_rounds(url).await.map_err(|error| {
+        DbErr::Custom(format!(
+            "probing for a pooler in front of PostgreSQL: {error}"
+        ))
+    })
+}
+
+#[cfg(feature = "postgres")]
+async fn probe_rounds(url: &str) -> Result<Pooler, sqlx::Error> {
     let mut first = PgConnection::connect(url).await?;
     let mut second = PgConnection::connect(url).await?;
     let mut found = Pooler::None;
@@ -116,6 +137,7 @@ async fn probe(url: &str) -> Result<Pooler, sqlx::Error> {
 }
 
 /// The server process behind `connection` for this one statement.
+#[cfg(feature = "postgres")]
 async fn backend_pid(connection: &mut PgConnection) -> Result<String, sqlx::Error> {
     let row = connection
         .fetch_one(sqlx::raw_sql("SELECT pg_backend_pid()::text"))

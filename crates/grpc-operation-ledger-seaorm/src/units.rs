@@ -196,10 +196,12 @@ pub(crate) async fn begin_unit(
 /// How many connections `db`'s pool can hold (none for SQLite, whose connections nothing cuts).
 fn pooled_connections(db: &DatabaseConnection) -> u32 {
     match db.get_database_backend() {
+        #[cfg(feature = "postgres")]
         DbBackend::Postgres => db
             .get_postgres_connection_pool()
             .options()
             .get_max_connections(),
+        #[cfg(feature = "mysql")]
         DbBackend::MySql => db
             .get_mysql_connection_pool()
             .options()

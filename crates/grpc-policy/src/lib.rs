@@ -9,6 +9,25 @@
 //! its own (both are passed in). The ledger is seen only through
 //! `grpc_core_api::LedgerDurability`, so a keyed-mutation retry can demand a durable ledger
 //! without this crate depending on a database.
+//!
+//! The retry budget, as a failing dependency sees it: retries stop once half the tokens are spent,
+//! and come back only as successes refill the bucket.
+//!
+//! ```
+//! use grpc_policy::{GrpcRetryBudget, RetryThrottling};
+//!
+//! // gRFC A6 throttling: 10 tokens, a tenth of one back per success.
+//! let budget = GrpcRetryBudget::new(&RetryThrottling::new(10, 0.1).unwrap());
+//! assert!(budget.allows_retry());
+//! for _ in 0..5 {
+//!     budget.record_failure(); // a failed attempt costs a token
+//! }
+//! assert!(!budget.allows_retry(), "5 of 10 left: no more retries");
+//! for _ in 0..10 {
+//!     budget.record_success();
+//! }
+//! assert!(budget.allows_retry(), "6 of 10: the dependency recovered, retries resume");
+//! ```
 
 mod backoff;
 mod budget;

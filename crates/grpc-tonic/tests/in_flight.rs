@@ -10,9 +10,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use grpc_core_api::{KeyHasher, LeaseDuration, OutcomeReference, REPLAYED_METADATA_KEY};
-use grpc_operation_ledger_memory::InMemoryStore;
+use grpc_core_api::{
+    KeyHasher, LeaseDuration, LedgerUnitsOfWork, OutcomeReference, REPLAYED_METADATA_KEY,
+};
+use grpc_operation_ledger_memory::{InMemoryStore, InMemoryUnit};
 use grpc_tonic::{Committed, GuardConfig, GuardMode, HandlerError, KeyedMutationGuard};
+use support::counting::{Asked, Counting};
 use support::{Writes, create_payment, guarded_schema, keyed, scripted};
 use tokio::sync::Notify;
 use tonic::{Code, Response, Status};
@@ -24,12 +27,15 @@ struct Pay {
     amount: i64,
 }
 
-fn guard(store: &InMemoryStore, in_flight_wait: Duration) -> KeyedMutationGuard<InMemoryStore> {
+fn guard<U: LedgerUnitsOfWork + 'static>(
+    units: U,
+    in_flight_wait: Duration,
+) -> KeyedMutationGuard<U> {
     let mut config = GuardConfig::new(KeyHasher::Sha256, guarded_schema())
         .with_mode(GuardMode::ClaimCommittedFirst)
         .with_in_flight_wait(in_flight_wait);
     config.lease = LeaseDuration::new(Duration::from_secs(4)).unwrap();
-    KeyedMutationGuard::new(store.clone(), config)
+    KeyedMutationGuard::new(units, config)
 }
 
 /// What the first attempt's handler does once released.
@@ -41,8 +47,8 @@ enum Ends {
 
 /// A payment under `key` whose handler counts itself in `ran`, says `started`, and waits for
 /// `release` before it ends as `ends` says.
-async fn pay(
-    guard: KeyedMutationGuard<InMemoryStore>,
+async fn pay<U: LedgerUnitsOfWork<Transaction = InMemoryUnit> + 'static>(
+    guard: KeyedMutationGuard<U>,
     key: &'static str,
     ran: Arc<AtomicUsize>,
     started: Arc<Notify>,
@@ -79,7 +85,11 @@ struct Twins {
     ran: Arc<AtomicUsize>,
 }
 
-async fn twins(guard: &KeyedMutationGuard<InMemoryStore>, key: &'static str, ends: Ends) -> Twins {
+async fn twins<U: LedgerUnitsOfWork<Transaction = InMemoryUnit> + 'static>(
+    guard: &KeyedMutationGuard<U>,
+    key: &'static str,
+    ends: Ends,
+) -> Twins {
     let ran = Arc::new(AtomicUsize::new(0));
     let (started, release) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
     let first = tokio::spawn(pay(
@@ -111,7 +121,7 @@ async fn twins(guard: &KeyedMutationGuard<InMemoryStore>, key: &'static str, end
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_twin_answers_with_the_outcome_of_the_attempt_in_flight() {
     let store = InMemoryStore::new(Duration::from_millis(50));
-    let guard = guard(&store, Duration::from_secs(1));
+    let guard = guard(store.clone(), Duration::from_secs(1));
     let twins = twins(&guard, "k-twin", Ends::Commits).await;
     // The twin found the claim and waits: it has not answered.
     tokio::time::sleep(Duration::from_millis(150)).await;
@@ -133,7 +143,7 @@ async fn a_twin_answers_with_the_outcome_of_the_attempt_in_flight() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn past_its_wait_a_twin_is_told_the_operation_is_in_flight() {
     let store = InMemoryStore::new(Duration::from_millis(50));
-    let guard = guard(&store, Duration::from_millis(100));
+    let guard = guard(store.clone(), Duration::from_millis(100));
     let twins = twins(&guard, "k-long", Ends::Commits).await;
     let refused = twins.twin.await.unwrap().unwrap_err();
     assert_eq!(refused.code(), Code::Aborted);
@@ -153,7 +163,7 @@ async fn past_its_wait_a_twin_is_told_the_operation_is_in_flight() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn with_no_wait_a_twin_is_told_at_once() {
     let store = InMemoryStore::new(Duration::from_millis(50));
-    let guard = guard(&store, Duration::ZERO);
+    let guard = guard(store.clone(), Duration::ZERO);
     let twins = twins(&guard, "k-now", Ends::Commits).await;
     let refused = tokio::time::timeout(Duration::from_secs(1), twins.twin)
         .await
@@ -169,7 +179,7 @@ async fn with_no_wait_a_twin_is_told_at_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_twin_of_an_attempt_that_gave_up_is_told_the_claim_is_free() {
     let store = InMemoryStore::new(Duration::from_millis(50));
-    let guard = guard(&store, Duration::from_secs(1));
+    let guard = guard(store.clone(), Duration::from_secs(1));
     let twins = twins(&guard, "k-gave-up", Ends::FailsTransiently).await;
     tokio::time::sleep(Duration::from_millis(50)).await;
     twins.release.notify_one();
@@ -187,4 +197,27 @@ async fn a_twin_of_an_attempt_that_gave_up_is_told_the_claim_is_free() {
     );
     assert_eq!(twins.ran.load(Ordering::SeqCst), 1);
     assert!(store.committed_business().is_empty());
+}
+
+/// A twin looks at the operation at pauses that double from 5 ms to 100 ms: over half a second
+/// of waiting, about ten looks, not a busy loop on the store.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_waiting_twin_looks_at_doubling_pauses_not_in_a_busy_loop() {
+    let store = InMemoryStore::new(Duration::from_millis(50));
+    let asked = Arc::new(Asked::default());
+    let units = Counting {
+        store: store.clone(),
+        asked: Arc::clone(&asked),
+    };
+    let guard = guard(units, Duration::from_secs(2));
+    let twins = twins(&guard, "k-patient", Ends::Commits).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    twins.release.notify_one();
+    assert_eq!(twins.twin.await.unwrap().unwrap().get_ref(), "payment-7");
+    twins.first.await.unwrap().unwrap();
+    let looks = asked.reads.load(Ordering::SeqCst);
+    assert!(
+        (2..=20).contains(&looks),
+        "{looks} looks over half a second (5, 10, 20, 40, 80, then every 100 ms)"
+    );
 }

@@ -11,10 +11,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use grpc_core_api::*;
-use grpc_operation_ledger_memory::InMemoryStore;
+use grpc_operation_ledger_memory::{InMemoryStore, InMemoryUnit};
 use grpc_tonic::{
     AuthenticatedPrincipal, Committed, GuardConfig, GuardMode, HandlerError, KeyedMutationGuard,
 };
+use support::counting::{Asked, Counting};
 use support::{Writes, scripted};
 use tonic::{Code, Request, Response, Status};
 
@@ -31,6 +32,14 @@ fn guard(
     lease: Duration,
     longest_handler: Duration,
 ) -> KeyedMutationGuard<InMemoryStore> {
+    guard_over(store.clone(), lease, longest_handler)
+}
+
+fn guard_over<U: LedgerUnitsOfWork + 'static>(
+    units: U,
+    lease: Duration,
+    longest_handler: Duration,
+) -> KeyedMutationGuard<U> {
     let descriptors = protox::compile(["guarded.proto"], ["tests/proto"]).unwrap();
     let schema =
         RequestSchema::from_file_descriptor_set(&prost::Message::encode_to_vec(&descriptors))
@@ -39,7 +48,7 @@ fn guard(
         .with_mode(GuardMode::ClaimCommittedFirst)
         .with_longest_handler(longest_handler);
     config.lease = LeaseDuration::new(lease).unwrap();
-    KeyedMutationGuard::new(store.clone(), config)
+    KeyedMutationGuard::new(units, config)
 }
 
 fn method() -> GrpcMethod {
@@ -67,8 +76,8 @@ fn identity(key: &str) -> GrpcOperationIdentity {
 
 /// One call whose handler writes `key` as business and then takes `runs_for`; `ran` counts the
 /// handlers that started.
-async fn call(
-    guard: &KeyedMutationGuard<InMemoryStore>,
+async fn call<U: LedgerUnitsOfWork<Transaction = InMemoryUnit> + 'static>(
+    guard: &KeyedMutationGuard<U>,
     key: &str,
     runs_for: Duration,
     ran: &Arc<AtomicUsize>,
@@ -314,4 +323,26 @@ async fn a_handler_that_panics_hands_its_claim_to_the_resend_at_once() {
     assert!(started.elapsed() < Duration::from_secs(1));
     assert_eq!(ran.load(Ordering::SeqCst), 1);
     assert_eq!(store.committed_business(), ["pay-panics"]);
+}
+
+/// The lease keeper renews about every third of the lease, no more: a handler that runs three
+/// leases costs about nine renewals, not a renewal loop on the store.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_lease_is_renewed_every_third_of_it_and_no_more_often() {
+    let store = InMemoryStore::new(Duration::from_millis(50));
+    let asked = Arc::new(Asked::default());
+    let units = Counting {
+        store: store.clone(),
+        asked: Arc::clone(&asked),
+    };
+    let guard = guard_over(units, LEASE, Duration::from_secs(60));
+    let ran = Arc::new(AtomicUsize::new(0));
+    call(&guard, "renewed", 3 * LEASE, &ran)
+        .await
+        .expect("the handler outlives its first lease and commits");
+    let renewals = asked.renewals.load(Ordering::SeqCst);
+    assert!(
+        (3..=15).contains(&renewals),
+        "{renewals} renewals over three leases (one every third of a lease)"
+    );
 }

@@ -9,6 +9,8 @@
 
 #![allow(dead_code)] // each test file uses what it needs
 
+pub(crate) mod counting;
+
 use std::future::Future;
 use std::marker::PhantomData;
 use std::sync::Mutex;
