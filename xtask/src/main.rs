@@ -177,7 +177,8 @@ fn test() -> Result<()> {
         std::env::var("PROPTEST_RNG_SEED").unwrap_or_else(|_| PROPTEST_SEED.to_owned());
     eprintln!("xtask: property tests use PROPTEST_RNG_SEED={proptest_seed}");
     let outcome = cmd::cargo_tee(
-        &["test", "--workspace", "--all-features"],
+        // Every failing test binary reported in one run, not only the first.
+        &["test", "--workspace", "--all-features", "--no-fail-fast"],
         &[
             ("DATABASE_URL", database.url()),
             ("PROPTEST_RNG_SEED", &proptest_seed),

@@ -178,7 +178,9 @@ async fn a_handler_longer_than_several_leases_commits_once_on_postgres() {
     }
     let answer = first.await.unwrap().expect("the long handler commits");
     assert!(!replayed(&answer));
-    assert!(in_flight >= 5, "{in_flight} duplicates were told to wait");
+    // Each duplicate first waits half a lease for the outcome (`GuardConfig::in_flight_wait`,
+    // within half the lease), then is told to wait: about one every lease of the five.
+    assert!(in_flight >= 3, "{in_flight} duplicates were told to wait");
     assert_eq!(started.load(Ordering::SeqCst), 1);
     assert_eq!(payments(&db, &key).await, 1);
     let ledger = UnitPerCall::new(SeaOrmUnitsOfWork::new(db.clone(), &config()));
