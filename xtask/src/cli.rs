@@ -37,6 +37,9 @@ pub(crate) enum Task {
     Kit,
     /// The guide (`docs/guide`) built with mdBook into `target/guide` (also part of `test`).
     Guide,
+    /// cargo-semver-checks on the publishable library crates against the commit recorded in
+    /// `docs/semver-baseline` (not part of `test`: run it before each version bump).
+    Semver,
     /// Every cargo-fuzz target (service config, method, key parsers) for N s each.
     Fuzz {
         /// How long each target runs, in seconds.
@@ -106,7 +109,7 @@ pub(crate) enum MutantsKind {
     Code {
         /// Only these groups (repeatable; default: all three); the others keep their last run.
         #[arg(long, value_enum)]
-        group: Vec<crate::mutants::code::Group>,
+        group: Vec<crate::mutants::code_runs::Group>,
         /// Run nothing: render the last runs again with the equivalence file as it is now.
         #[arg(long, conflicts_with = "group")]
         report_only: bool,

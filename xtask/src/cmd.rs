@@ -130,3 +130,31 @@ pub(crate) fn target_dir() -> Result<std::path::PathBuf> {
         metadata[start..end].replace("\\\\", "\\"),
     ))
 }
+
+/// A cargo subcommand from crates.io (`cargo-{name}`, version `version`), installed with
+/// `cargo install --locked` and `extra` when `cargo {name} --version` does not answer with that
+/// version, saying so: the tools the xtask commands run are pinned, like the workspace's
+/// dependencies.
+pub(crate) fn cargo_tool(
+    name: &str,
+    version: &str,
+    extra: &[&str],
+    interrupted: &AtomicBool,
+) -> Result<()> {
+    let installed = output(&mut cargo_command(&[name, "--version"], &[]))
+        .is_ok_and(|answer| answer.contains(version));
+    if installed {
+        return Ok(());
+    }
+    eprintln!("xtask: installing cargo-{name} {version} from crates.io (cargo install)");
+    let package = format!("cargo-{name}");
+    let mut args = vec![
+        "install",
+        package.as_str(),
+        "--locked",
+        "--version",
+        version,
+    ];
+    args.extend_from_slice(extra);
+    cargo(&args, &[], interrupted)
+}

@@ -21,6 +21,7 @@ mod mariadb;
 mod mutants;
 mod pgbouncer;
 mod postgres;
+mod semver;
 mod server_process;
 mod tidy;
 
@@ -62,6 +63,7 @@ fn run(task: Task) -> Result<()> {
     match task {
         Task::Test => test(),
         Task::Guide => guide::build(&*cmd::install_interrupt_flag()?),
+        Task::Semver => semver::check(&*cmd::install_interrupt_flag()?),
         Task::Kit => {
             // The kit's output is shown as it runs.
             kit::check(&kit::repository_root(), &*cmd::install_interrupt_flag()?).map(|_| ())

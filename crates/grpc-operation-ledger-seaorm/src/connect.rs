@@ -8,65 +8,8 @@ use std::time::Duration;
 use sea_orm::sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqliteSynchronous};
 use sea_orm::{ConnectOptions, Database, DatabaseConnection, DbErr};
 
-use crate::Pooler;
-
-/// Connection settings that the ledger's behaviour depends on.
-///
-/// `#[non_exhaustive]`: start from [`LedgerConfig::default`] and change what you need with the
-/// `with_` methods, so that a new setting (with its default) breaks no caller.
-#[derive(Debug, Clone)]
-#[non_exhaustive]
-pub struct LedgerConfig {
-    /// How long a claim may wait behind another unit of work's uncommitted claim of the same
-    /// identity before answering `InFlight`. On PostgreSQL the claim sets `lock_timeout` to it
-    /// for the rest of its unit of work; on SQLite it is the busy timeout of every connection.
-    pub claim_wait: Duration,
-    /// Pool size.
-    pub max_connections: u32,
-    /// How long to wait for a free pooled connection before answering `Unavailable`.
-    pub acquire_timeout: Duration,
-    /// What stands between the pool and PostgreSQL: by default [`Pooler::Unknown`], which
-    /// [`resolve_pooler`](crate::resolve_pooler) finds out, and which works behind any pooler
-    /// when it is not found out.
-    pub pooler: Pooler,
-}
-
-impl LedgerConfig {
-    /// How long a claim may wait behind another unit of work's uncommitted claim.
-    pub fn with_claim_wait(mut self, wait: Duration) -> Self {
-        self.claim_wait = wait;
-        self
-    }
-
-    /// The pool size.
-    pub fn with_max_connections(mut self, connections: u32) -> Self {
-        self.max_connections = connections;
-        self
-    }
-
-    /// How long to wait for a free pooled connection.
-    pub fn with_acquire_timeout(mut self, timeout: Duration) -> Self {
-        self.acquire_timeout = timeout;
-        self
-    }
-
-    /// What stands between the pool and PostgreSQL.
-    pub fn with_pooler(mut self, pooler: Pooler) -> Self {
-        self.pooler = pooler;
-        self
-    }
-}
-
-impl Default for LedgerConfig {
-    fn default() -> Self {
-        Self {
-            claim_wait: Duration::from_secs(2),
-            max_connections: 16,
-            acquire_timeout: Duration::from_secs(5),
-            pooler: Pooler::Unknown,
-        }
-    }
-}
+use crate::LedgerConfig;
+use crate::pooler::{Pooler, probe};
 
 /// Opens (creating if missing) a SQLite file in WAL mode with the configured busy timeout, applies
 /// the ledger's migrations, and returns a pool. Several processes may open the same new file at
@@ -95,7 +38,7 @@ pub async fn open_sqlite(path: &Path, config: &LedgerConfig) -> Result<DatabaseC
     let db = loop {
         match Database::connect(options.clone()).await {
             Err(error)
-                if crate::migration::sqlite_busy(&error)
+                if crate::error::sqlite_busy(&error)
                     && started.elapsed() < crate::migration::MIGRATION_PATIENCE =>
             {
                 tokio::time::sleep(Duration::from_millis(25)).await;
@@ -130,31 +73,6 @@ pub async fn connect_postgres(
         options.map_sqlx_postgres_opts(|postgres| postgres.statement_cache_capacity(0));
     }
     Database::connect(options).await
-}
-
-/// Whether `db`'s connections cache the statements they prepare (always, but on a PostgreSQL
-/// pool opened for a pooler that hands server connections over: see [`connect_postgres`]).
-/// Read from the pool's own options, which sqlx renders with their statement cache's capacity.
-#[cfg(not(feature = "postgres"))]
-pub(crate) fn caches_statements(_db: &DatabaseConnection) -> bool {
-    true
-}
-
-/// Whether `db`'s connections cache the statements they prepare (always, but on a PostgreSQL
-/// pool opened for a pooler that hands server connections over: see [`connect_postgres`]).
-/// Read from the pool's own options, which sqlx renders with their statement cache's capacity.
-#[cfg(feature = "postgres")]
-pub(crate) fn caches_statements(db: &DatabaseConnection) -> bool {
-    use sea_orm::sqlx::ConnectOptions as _;
-    if db.get_database_backend() != sea_orm::DbBackend::Postgres {
-        return true;
-    }
-    let options = db.get_postgres_connection_pool().connect_options();
-    options
-        .to_url_lossy()
-        .query_pairs()
-        .find(|(name, _)| name == "statement-cache-capacity")
-        .is_none_or(|(_, capacity)| capacity != "0")
 }
 
 /// Connects a pool to MariaDB (10.5 or later, for `INSERT ... RETURNING`; MySQL lacks that and
@@ -296,6 +214,39 @@ pub fn database_url(server_url: &str, database: &str) -> Result<String, DbErr> {
     }
     url.set_path(&format!("/{database}"));
     Ok(url.into())
+}
+
+/// `config` with its pooler found out, when it is [`Pooler::Unknown`] and `url` names a
+/// PostgreSQL server (any other setting, and any other store, is returned as it is).
+///
+/// The probe rests on two things only a pooler that hands server connections over between
+/// transactions can do; straight to PostgreSQL, or in session pooling, a client keeps one server
+/// process from its connection to its end, and no other client ever gets it. One client
+/// connection asks for its server process (`pg_backend_pid()`); a second client connection asks
+/// inside a transaction and ends it; the first asks again. The pooler is a transaction pooler
+/// when the second client was handed the first one's process (a quiet pooler hands out the one
+/// released last, PgBouncer's default, or the one idle longest, its `server_round_robin`), or
+/// when the first client's process changed between its statements (a busy pooler buries the
+/// first client's process under the ones other clients released since). Either is proof, so a
+/// direct connection or a session pooler is never taken for a transaction pooler. Up to eight
+/// rounds, ending at the first proof; nothing is held while the other client waits, so a pool of
+/// one server connection cannot stall it. Every statement goes over the simple query protocol,
+/// which prepares nothing.
+///
+/// A transaction pooler that handed both clients their own process in every round would go
+/// unseen: a deployment that knows it is behind one should say [`Pooler::TransactionPooling`];
+/// one that knows it is not may say [`Pooler::None`] and skip the probe. Behind a transaction
+/// pooler the probe missed, calls fail as INTERNAL with a message naming
+/// [`Pooler::TransactionPooling`], never with a wrong answer.
+pub async fn resolve_pooler(url: &str, config: LedgerConfig) -> Result<LedgerConfig, DbErr> {
+    if config.pooler != Pooler::Unknown
+        || ServerKind::of_url(url).ok() != Some(ServerKind::Postgres)
+    {
+        return Ok(config);
+    }
+    let found = probe(url).await?;
+    tracing::info!(pooler = ?found, "found what stands between the ledger and PostgreSQL");
+    Ok(config.with_pooler(found))
 }
 
 #[cfg(test)]

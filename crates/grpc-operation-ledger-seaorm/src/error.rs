@@ -118,6 +118,54 @@ pub(crate) fn is_duplicate_key(error: &DbErr) -> bool {
         if db.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>().is_some_and(|m| m.number() == 1062))
 }
 
+/// Whether `error` is PostgreSQL's lock timeout (SQLSTATE 55P03): never, in a build without
+/// PostgreSQL.
+#[cfg(not(feature = "postgres"))]
+pub(crate) fn lock_timed_out(_error: &DbErr) -> bool {
+    false
+}
+
+/// Whether `error` is PostgreSQL's lock timeout (SQLSTATE 55P03).
+#[cfg(feature = "postgres")]
+pub(crate) fn lock_timed_out(error: &DbErr) -> bool {
+    use sea_orm::{RuntimeErr, sqlx};
+    let (DbErr::Exec(RuntimeErr::SqlxError(e)) | DbErr::Query(RuntimeErr::SqlxError(e))) = error
+    else {
+        return false;
+    };
+    let sqlx::Error::Database(db) = e.as_ref() else {
+        return false;
+    };
+    db.try_downcast_ref::<sqlx::postgres::PgDatabaseError>()
+        .is_some_and(|pg| pg.code() == "55P03")
+}
+
+/// Whether `error` is SQLite's busy or locked file: never, in a build without SQLite.
+#[cfg(not(feature = "sqlite"))]
+pub(crate) fn sqlite_busy(_error: &DbErr) -> bool {
+    false
+}
+
+/// Whether `error` is SQLite's busy or locked file (codes 5 and 6, extended codes included).
+#[cfg(feature = "sqlite")]
+pub(crate) fn sqlite_busy(error: &DbErr) -> bool {
+    use sea_orm::{RuntimeErr, sqlx};
+    let (DbErr::Conn(RuntimeErr::SqlxError(e))
+    | DbErr::Exec(RuntimeErr::SqlxError(e))
+    | DbErr::Query(RuntimeErr::SqlxError(e))) = error
+    else {
+        return false;
+    };
+    let sqlx::Error::Database(db) = e.as_ref() else {
+        return false;
+    };
+    db.try_downcast_ref::<sqlx::sqlite::SqliteError>().is_some()
+        && db
+            .code()
+            .and_then(|code| code.parse::<u32>().ok())
+            .is_some_and(|code| matches!(code & 0xff, 5 | 6))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

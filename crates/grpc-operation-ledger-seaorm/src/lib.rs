@@ -63,9 +63,9 @@ compile_error!(
 );
 
 mod admin;
+mod config;
 mod connect;
 mod error;
-mod lean_row;
 mod ledger;
 mod migration;
 #[cfg(feature = "sql-mutants")]
@@ -85,16 +85,17 @@ pub use admin::{
     KEY_HASH_PREFIX_LEN, LedgerStats, ListFilter, ListedOperation, find_listed, ledger_stats,
     list_operations, state_named,
 };
+pub use config::LedgerConfig;
 #[cfg(feature = "mysql")]
 pub use connect::connect_mysql;
 #[cfg(feature = "postgres")]
 pub use connect::connect_postgres;
 #[cfg(feature = "sqlite")]
 pub use connect::open_sqlite;
-pub use connect::{LedgerConfig, ServerKind, connect_server, database_url};
+pub use connect::{ServerKind, connect_server, database_url, resolve_pooler};
 pub use error::store_error;
 pub use ledger::{LedgerConnection, SeaOrmOperationLedger};
 pub use migration::{LEDGER_TABLE, LedgerMigrator, MIGRATIONS_TABLE, ledger_migrations, migrate};
-pub use pooler::{Pooler, resolve_pooler};
+pub use pooler::Pooler;
 pub use sql::{claim_as_sent, in_dialect, sent_statements, statements};
 pub use units::{SeaOrmUnitsOfWork, lock_timeout_statement};

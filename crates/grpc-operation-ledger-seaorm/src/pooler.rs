@@ -1,25 +1,23 @@
 //! What stands between the ledger's pool and PostgreSQL, and how a deployment that does not say
 //! finds out.
 
-use sea_orm::DbErr;
 #[cfg(feature = "postgres")]
 use sea_orm::sqlx::postgres::PgConnection;
 #[cfg(feature = "postgres")]
 use sea_orm::sqlx::{self, Connection, Executor, Row};
-
-use crate::{LedgerConfig, ServerKind};
+use sea_orm::{DatabaseConnection, DbErr};
 
 /// What stands between the ledger's pool and PostgreSQL, which decides how statements may be
 /// prepared.
 ///
-/// The default, [`Pooler::Unknown`], is found out by [`resolve_pooler`] before the pool is
+/// The default, [`Pooler::Unknown`], is found out by [`resolve_pooler`](crate::resolve_pooler) before the pool is
 /// opened (the demo and the operator CLI do), and works behind any pooler where it is not: the
 /// person who sets the URL is often not the person who knows a pooler sits behind it, so no
 /// setting must be needed for the calls to work. ADR 0009 gives what each choice costs.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Pooler {
-    /// Not known (the default). [`resolve_pooler`] replaces it with what it finds; a pool opened
+    /// Not known (the default). [`resolve_pooler`](crate::resolve_pooler) replaces it with what it finds; a pool opened
     /// with it unresolved uses the statements of [`Pooler::TransactionPooling`], which work
     /// everywhere, at their price.
     #[default]
@@ -55,39 +53,6 @@ impl Pooler {
     }
 }
 
-/// `config` with its pooler found out, when it is [`Pooler::Unknown`] and `url` names a
-/// PostgreSQL server (any other setting, and any other store, is returned as it is).
-///
-/// The probe rests on two things only a pooler that hands server connections over between
-/// transactions can do; straight to PostgreSQL, or in session pooling, a client keeps one server
-/// process from its connection to its end, and no other client ever gets it. One client
-/// connection asks for its server process (`pg_backend_pid()`); a second client connection asks
-/// inside a transaction and ends it; the first asks again. The pooler is a transaction pooler
-/// when the second client was handed the first one's process (a quiet pooler hands out the one
-/// released last, PgBouncer's default, or the one idle longest, its `server_round_robin`), or
-/// when the first client's process changed between its statements (a busy pooler buries the
-/// first client's process under the ones other clients released since). Either is proof, so a
-/// direct connection or a session pooler is never taken for a transaction pooler. Up to eight
-/// rounds, ending at the first proof; nothing is held while the other client waits, so a pool of
-/// one server connection cannot stall it. Every statement goes over the simple query protocol,
-/// which prepares nothing.
-///
-/// A transaction pooler that handed both clients their own process in every round would go
-/// unseen: a deployment that knows it is behind one should say [`Pooler::TransactionPooling`];
-/// one that knows it is not may say [`Pooler::None`] and skip the probe. Behind a transaction
-/// pooler the probe missed, calls fail as INTERNAL with a message naming
-/// [`Pooler::TransactionPooling`], never with a wrong answer.
-pub async fn resolve_pooler(url: &str, config: LedgerConfig) -> Result<LedgerConfig, DbErr> {
-    if config.pooler != Pooler::Unknown
-        || ServerKind::of_url(url).ok() != Some(ServerKind::Postgres)
-    {
-        return Ok(config);
-    }
-    let found = probe(url).await?;
-    tracing::info!(pooler = ?found, "found what stands between the ledger and PostgreSQL");
-    Ok(config.with_pooler(found))
-}
-
 /// Rounds of the probe at most; each ends the probe once it has proof.
 #[cfg(feature = "postgres")]
 const PROBE_ROUNDS: usize = 8;
@@ -95,7 +60,7 @@ const PROBE_ROUNDS: usize = 8;
 /// What stands in front of the PostgreSQL server `url` names: a build without PostgreSQL cannot
 /// reach one.
 #[cfg(not(feature = "postgres"))]
-async fn probe(_url: &str) -> Result<Pooler, DbErr> {
+pub(crate) async fn probe(_url: &str) -> Result<Pooler, DbErr> {
     Err(DbErr::Custom(
         "this build of grpc-operation-ledger-seaorm has no PostgreSQL driver: enable its feature \
          `postgres`"
@@ -103,9 +68,9 @@ async fn probe(_url: &str) -> Result<Pooler, DbErr> {
     ))
 }
 
-/// What stands in front of the PostgreSQL server `url` names (see [`resolve_pooler`]).
+/// What stands in front of the PostgreSQL server `url` names (see [`resolve_pooler`](crate::resolve_pooler)).
 #[cfg(feature = "postgres")]
-async fn probe(url: &str) -> Result<Pooler, DbErr> {
+pub(crate) async fn probe(url: &str) -> Result<Pooler, DbErr> {
     probe_rounds(url).await.map_err(|error| {
         DbErr::Custom(format!(
             "probing for a pooler in front of PostgreSQL: {error}"
@@ -143,4 +108,29 @@ async fn backend_pid(connection: &mut PgConnection) -> Result<String, sqlx::Erro
         .fetch_one(sqlx::raw_sql("SELECT pg_backend_pid()::text"))
         .await?;
     row.try_get::<String, _>(0)
+}
+
+/// Whether `db`'s connections cache the statements they prepare (always, but on a PostgreSQL
+/// pool opened for a pooler that hands server connections over: see [`connect_postgres`](crate::connect_postgres)).
+/// Read from the pool's own options, which sqlx renders with their statement cache's capacity.
+#[cfg(not(feature = "postgres"))]
+pub(crate) fn caches_statements(_db: &DatabaseConnection) -> bool {
+    true
+}
+
+/// Whether `db`'s connections cache the statements they prepare (always, but on a PostgreSQL
+/// pool opened for a pooler that hands server connections over: see [`connect_postgres`](crate::connect_postgres)).
+/// Read from the pool's own options, which sqlx renders with their statement cache's capacity.
+#[cfg(feature = "postgres")]
+pub(crate) fn caches_statements(db: &DatabaseConnection) -> bool {
+    use sea_orm::sqlx::ConnectOptions as _;
+    if db.get_database_backend() != sea_orm::DbBackend::Postgres {
+        return true;
+    }
+    let options = db.get_postgres_connection_pool().connect_options();
+    options
+        .to_url_lossy()
+        .query_pairs()
+        .find(|(name, _)| name == "statement-cache-capacity")
+        .is_none_or(|(_, capacity)| capacity != "0")
 }

@@ -149,7 +149,7 @@ pub(crate) async fn begin_unit(
     // leave the server in a transaction the driver does not know it began: the next user of
     // that pooled connection would run inside it (PostgreSQL) or fail to set its isolation level
     // (MariaDB's error 1568). A begun transaction whose caller is gone is rolled back on drop.
-    let drops_others_statements = !crate::connect::caches_statements(db);
+    let drops_others_statements = !crate::pooler::caches_statements(db);
     let dead_connections_to_pass_over = pooled_connections(db);
     let db = db.clone();
     let transaction = tokio::spawn(async move {

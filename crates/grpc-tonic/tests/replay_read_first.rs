@@ -1,6 +1,6 @@
 //! A resend is answered by one read. A request that says it is a resend
 //! (`grpc-previous-rpc-attempts`, which gRPC's clients send on every attempt after the first) is
-//! looked up by its key before any claim. A finished operation is replayed, or refused for
+//! looked up by its key before any claim, in a read-only unit; every replay runs in one. A finished operation is replayed, or refused for
 //! another request, from that read alone. Anything else (no record, or one in progress) goes on
 //! to the insert-first claim, which alone decides who runs the handler. The ledger here counts
 //! its claims and reads.
@@ -96,6 +96,11 @@ async fn pay(
         .await
 }
 
+/// The read-only units the guard has begun.
+fn reads(asked: &Asked) -> u32 {
+    asked.reads.load(std::sync::atomic::Ordering::SeqCst)
+}
+
 fn replayed(response: &tonic::Response<String>) -> bool {
     response.metadata().get(REPLAYED_METADATA_KEY).is_some()
 }
@@ -106,17 +111,28 @@ async fn a_resend_of_a_committed_operation_is_answered_by_one_read_without_a_cla
     let first = pay(&guard, "pay-1", 5, 0, None).await.unwrap();
     assert!(!replayed(&first));
     assert_eq!(asked.counts(), (1, 0), "the first attempt claims");
+    assert_eq!(reads(&asked), 0, "and begins no read-only unit");
 
     let resend = pay(&guard, "pay-1", 5, 1, None).await.unwrap();
     assert!(replayed(&resend));
     assert_eq!(resend.get_ref(), "paid (replayed)");
     assert_eq!(asked.counts(), (1, 1), "one read, no claim");
+    assert_eq!(
+        reads(&asked),
+        1,
+        "the read and the replay in one read-only unit"
+    );
     assert_eq!(store.committed_business(), ["payment pay-1"]);
 
     // A duplicate that does not say it is a resend takes the claim's path to the same answer.
     let duplicate = pay(&guard, "pay-1", 5, 0, None).await.unwrap();
     assert!(replayed(&duplicate));
     assert_eq!(asked.counts(), (2, 1));
+    assert_eq!(
+        reads(&asked),
+        2,
+        "the claim's unit is rolled back and the replay runs in a read-only unit"
+    );
 }
 
 #[tokio::test]
@@ -126,6 +142,7 @@ async fn a_resend_with_another_body_is_refused_by_the_read() {
     let refused = pay(&guard, "pay-2", 6, 2, None).await.unwrap_err();
     assert_eq!(refused.code(), Code::FailedPrecondition);
     assert_eq!(asked.counts(), (1, 1), "refused from the read, no claim");
+    assert_eq!(reads(&asked), 1);
 }
 
 #[tokio::test]
@@ -135,6 +152,7 @@ async fn a_resend_the_store_has_no_record_of_is_claimed_and_runs_once() {
     let answer = pay(&guard, "pay-3", 5, 1, None).await.unwrap();
     assert!(!replayed(&answer));
     assert_eq!(asked.counts(), (1, 1), "read, found nothing, claimed");
+    assert_eq!(reads(&asked), 1, "the read's unit, then the claim's");
     assert_eq!(store.committed_business(), ["payment pay-3"]);
 }
 
@@ -218,5 +236,6 @@ async fn write_once_mode_looks_up_and_never_claims() {
     let again = pay(&guard, "pay-6", 5, 0, None).await.unwrap();
     assert!(replayed(&again));
     assert_eq!(asked.counts(), (0, 2), "a read each, no claim");
+    assert_eq!(reads(&asked), 1, "the replay, in a read-only unit");
     assert_eq!(store.committed_business(), ["payment pay-6"]);
 }

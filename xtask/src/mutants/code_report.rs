@@ -6,7 +6,7 @@ use std::path::Path;
 
 use anyhow::{Context, Result};
 
-use super::code::{Group, GroupRun, Verdict};
+use super::code_runs::{Group, GroupRun, Verdict};
 
 /// How the report names the groups it has no run of (read back by the freshness test).
 pub(crate) const NOT_RUN: &str = "Not run yet: ";

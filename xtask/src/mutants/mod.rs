@@ -8,6 +8,7 @@
 
 pub(crate) mod code;
 mod code_report;
+pub(crate) mod code_runs;
 mod operators;
 mod report;
 

@@ -1,7 +1,8 @@
 //! One attempt on the channel, read at its response head: the head is where A6 commits a call.
 
 use std::error::Error;
-use std::future::poll_fn;
+use std::future::{Future, poll_fn};
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -14,7 +15,7 @@ use tonic::body::Body;
 use tonic::{Code, Status};
 use tower_service::Service;
 
-use super::final_status::{Ending, OnEnding, on_final_status};
+use super::final_status::{Ending, OnEnding, http_error_code, on_final_status};
 use crate::client::advice::ServerAdvice;
 use crate::client::transport::{TransportFailure, classify_chain, reset_status};
 
@@ -23,6 +24,16 @@ pub(crate) type BoxError = Box<dyn Error + Send + Sync>;
 
 pub(super) const GRPC_TIMEOUT: &str = "grpc-timeout";
 pub(super) const PREVIOUS_ATTEMPTS: &str = "grpc-previous-rpc-attempts";
+
+/// Sends one call's attempts: what the retry loop needs of the channel, whatever its type.
+pub(super) trait Attempts: Send {
+    /// Sends `request` as the next attempt; its end, read at the response head within `limit`.
+    fn send(
+        &mut self,
+        request: http::Request<Body>,
+        limit: Option<Duration>,
+    ) -> Pin<Box<dyn Future<Output = AttemptEnd> + Send + 'static>>;
+}
 
 /// How one attempt ended, as far as the retry decision needs.
 pub(super) enum AttemptEnd {
@@ -177,19 +188,6 @@ fn read_head(response: http::Response<Body>) -> AttemptEnd {
         advice: ServerAdvice::of(&status, response.headers()),
         status,
         response,
-    }
-}
-
-/// The gRPC code of an HTTP error without a gRPC status, as gRPC's HTTP-to-gRPC status mapping
-/// (doc/http-grpc-status-mapping.md in grpc/grpc) gives it.
-pub(super) fn http_error_code(status: http::StatusCode) -> Code {
-    match status.as_u16() {
-        400 => Code::Internal,
-        401 => Code::Unauthenticated,
-        403 => Code::PermissionDenied,
-        404 => Code::Unimplemented,
-        429 | 502 | 503 | 504 => Code::Unavailable,
-        _ => Code::Unknown,
     }
 }
 

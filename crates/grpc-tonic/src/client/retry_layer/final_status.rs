@@ -11,8 +11,6 @@ use http_body::{Body as HttpBody, Frame};
 use tonic::body::Body;
 use tonic::{Code, Status};
 
-use super::attempt::http_error_code;
-
 /// How a response ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Ending {
@@ -103,5 +101,18 @@ impl HttpBody for StatusWatched {
 
     fn size_hint(&self) -> http_body::SizeHint {
         self.inner.size_hint()
+    }
+}
+
+/// The gRPC code of an HTTP error without a gRPC status, as gRPC's HTTP-to-gRPC status mapping
+/// (doc/http-grpc-status-mapping.md in grpc/grpc) gives it.
+pub(super) fn http_error_code(status: http::StatusCode) -> Code {
+    match status.as_u16() {
+        400 => Code::Internal,
+        401 => Code::Unauthenticated,
+        403 => Code::PermissionDenied,
+        404 => Code::Unimplemented,
+        429 | 502 | 503 | 504 => Code::Unavailable,
+        _ => Code::Unknown,
     }
 }

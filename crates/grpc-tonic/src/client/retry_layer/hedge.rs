@@ -8,8 +8,9 @@ use grpc_policy::{GrpcRetryEligibility, HedgingPolicy, Pushback};
 use tokio::task::JoinSet;
 use tonic::body::Body;
 
+use super::attempt::Attempts;
 use super::attempt::{AttemptEnd, BoxError, counted_by_budget, deadline_passed};
-use super::service::{Attempts, Call, Shared};
+use super::service::{Call, Shared};
 use crate::client::advice::ServerAdvice;
 use crate::metrics::CallCounts;
 

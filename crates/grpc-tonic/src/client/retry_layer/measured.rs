@@ -14,9 +14,8 @@ use std::time::{Duration, Instant};
 use tonic::Code;
 use tonic::body::Body;
 
-use super::attempt::{AttemptEnd, BoxError};
+use super::attempt::{AttemptEnd, Attempts, BoxError};
 use super::final_status::{Ending, OnEnding, on_final_status};
-use super::service::Attempts;
 use crate::metrics::{CallLabels, ClientMetrics};
 
 /// A call's attempts, measured as A66 says.

@@ -3,8 +3,9 @@
 use grpc_policy::{RefusalReason, RetryPolicy};
 use tonic::body::Body;
 
+use super::attempt::Attempts;
 use super::attempt::{AttemptEnd, BoxError, counted_by_budget, deadline_passed};
-use super::service::{Attempts, Call, Shared};
+use super::service::{Call, Shared};
 use crate::client::advice::ServerAdvice;
 use crate::client::attempts::{CallRun, Next};
 use crate::metrics::CallCounts;

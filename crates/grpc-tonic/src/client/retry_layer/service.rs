@@ -20,7 +20,8 @@ use tonic::metadata::AsciiMetadataKey;
 use tower_service::Service;
 
 use super::attempt::{
-    AttemptEnd, BoxError, GRPC_TIMEOUT, PREVIOUS_ATTEMPTS, grpc_timeout, parse_grpc_timeout, send,
+    AttemptEnd, Attempts, BoxError, GRPC_TIMEOUT, PREVIOUS_ATTEMPTS, grpc_timeout,
+    parse_grpc_timeout, send,
 };
 use super::measured::{Measured, call_ended, call_measured};
 use super::replay::RequestReplay;
@@ -92,16 +93,6 @@ impl<S: Clone> ChannelFor<S> {
             ready: Some(ready),
         }
     }
-}
-
-/// Sends one call's attempts: what the retry loop needs of the channel, whatever its type.
-pub(super) trait Attempts: Send {
-    /// Sends `request` as the next attempt; its end, read at the response head within `limit`.
-    fn send(
-        &mut self,
-        request: http::Request<Body>,
-        limit: Option<Duration>,
-    ) -> Pin<Box<dyn Future<Output = AttemptEnd> + Send + 'static>>;
 }
 
 impl<S, B> Attempts for ChannelFor<S>

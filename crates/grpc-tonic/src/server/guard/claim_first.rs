@@ -1,39 +1,65 @@
 //! Claim-first (the default protocol): the claim before the handler, so that a duplicate never
 //! runs it; the claim finished, fenced on its version, after.
 
+use std::time::Instant;
+
 use grpc_core_api::{
     ClaimOutcome, Completion, GrpcOperationIdentity, LedgerUnitsOfWork, RequestFingerprint, Version,
 };
-use tonic::Status;
+use tonic::{Response, Status};
 
 use super::KeyedMutationGuard;
+use super::handler::GuardedHandler;
+use super::operation::Operation;
 use super::unit::{Before, Claim};
 
 impl<U> KeyedMutationGuard<U>
 where
     U: LedgerUnitsOfWork + 'static,
 {
-    /// Claim-first's step before the handler: the claim. For a request that says it is a
-    /// `resend`, first a read of the identity's record by its key: a finished operation (the
-    /// likely case, since its first answer was lost) is replayed, or refused for another
-    /// request, from that one read, without the claim's insert attempt. Anything else (no
-    /// record, one in progress) goes on to the insert-first claim, which alone decides who runs
-    /// the handler: the read is only ever a shortcut to an answer the store already holds.
+    /// A resend's read first (ADR 0016), in a read-only unit: a finished operation (the likely
+    /// case, since its first answer was lost) is replayed there, or refused for another request,
+    /// from that one read, with no insert attempt and no write lock. `None` when nothing finished
+    /// is recorded (no record, one in progress): the insert-first claim, which alone decides who
+    /// runs the handler, comes next. The read is only ever a shortcut to an answer the store
+    /// already holds.
+    pub(super) async fn answer_a_resend<H: GuardedHandler<U::Transaction>>(
+        &self,
+        operation: &Operation,
+        fingerprint: &RequestFingerprint,
+        handler: &H,
+    ) -> Option<Result<Response<H::Response>, Status>> {
+        let started = Instant::now();
+        let reading = match self.units.begin_read().await {
+            Ok(reading) => reading,
+            Err(error) => return Some(Err(error.into())),
+        };
+        let found = self
+            .look_up_first(&reading, operation.identity(), fingerprint)
+            .await;
+        let (method, caller) = (operation.method(), operation.identity().caller());
+        match found {
+            Ok(Before::Replay(record)) => {
+                if let Some(metrics) = &self.metrics {
+                    metrics.claimed(method, started.elapsed());
+                }
+                Some(self.replay_in(reading, *record, handler, operation).await)
+            }
+            Ok(_) => {
+                self.roll_back(reading).await;
+                None
+            }
+            Err(status) => Some(self.refused(method, caller, reading, status).await),
+        }
+    }
+
+    /// Claim-first's step before the handler: the insert-first claim.
     pub(super) async fn claim_first(
         &self,
         transaction: &U::Transaction,
         identity: &GrpcOperationIdentity,
         fingerprint: &RequestFingerprint,
-        resend: bool,
     ) -> Result<Before, Status> {
-        if resend {
-            let found = self
-                .look_up_first(transaction, identity, fingerprint)
-                .await?;
-            if let Before::Replay(record) = found {
-                return Ok(Before::Replay(record));
-            }
-        }
         let claim = self
             .units
             .ledger(transaction)

@@ -28,13 +28,11 @@ where
     /// The units of claim-committed-first: the claim, committed (or a replay, or a refusal); then
     /// the handler in a unit of its own while the claim's lease is kept alive; then the transition
     /// and the commit. A handler that fails transiently, or whose transition fails, releases the
-    /// claim so that a resend takes it over without waiting out the lease. A `resend` is looked
-    /// up first, as under claim-first.
+    /// claim so that a resend takes it over without waiting out the lease.
     pub(super) async fn run_with_committed_claim<H: GuardedHandler<U::Transaction>>(
         &self,
         mut operation: Operation,
         fingerprint: RequestFingerprint,
-        resend: bool,
         message: H::Request,
         handler: &H,
     ) -> Result<Response<H::Response>, Status> {
@@ -43,7 +41,7 @@ where
         let claim_sent = Instant::now();
         let transaction = self.units.begin().await.map_err(Status::from)?;
         let before = self
-            .claim_first(&transaction, &identity, &fingerprint, resend)
+            .claim_first(&transaction, &identity, &fingerprint)
             .await;
         if let Some(metrics) = &self.metrics {
             metrics.claimed(&method, claim_sent.elapsed());

@@ -20,9 +20,9 @@ where
 {
     /// The unit of work of [`run`](Self::run). Claim-first: claim, handler, transition, commit.
     /// Write-once: look the identity up, handler, one record of the finished operation, commit.
-    /// A duplicate found at either step is replayed and the unit rolled back. A request that
-    /// says it is a `resend` is looked up first under claim-first too (see
-    /// [`claim_first`](Self::claim_first)).
+    /// A duplicate found at either step is replayed in a read-only unit. A request that says it
+    /// is a `resend` is looked up first in a read-only unit under the claiming modes too (see
+    /// [`answer_a_resend`](Self::answer_a_resend)).
     pub(super) async fn run_unit<H: GuardedHandler<U::Transaction>>(
         &self,
         mut operation: Operation,
@@ -31,9 +31,19 @@ where
         message: H::Request,
         handler: &H,
     ) -> Result<Response<H::Response>, Status> {
+        // Write-once looks every request up first anyway, in the unit that records it.
+        let claims = self.config.mode != GuardMode::WriteOnceInTransactionOnly;
+        if resend
+            && claims
+            && let Some(answer) = self
+                .answer_a_resend(&operation, &fingerprint, handler)
+                .await
+        {
+            return answer;
+        }
         if self.config.mode == GuardMode::ClaimCommittedFirst {
             return self
-                .run_with_committed_claim(operation, fingerprint, resend, message, handler)
+                .run_with_committed_claim(operation, fingerprint, message, handler)
                 .await;
         }
         let method = operation.method().clone();
@@ -45,7 +55,7 @@ where
                     .await
             }
             _ => {
-                self.claim_first(&transaction, operation.identity(), &fingerprint, resend)
+                self.claim_first(&transaction, operation.identity(), &fingerprint)
                     .await
             }
         };
@@ -132,11 +142,27 @@ where
         Err(status)
     }
 
-    /// Answers a duplicate from `record` (the replayed outcome, or the recorded failure) and rolls
-    /// the unit of work back.
+    /// Answers a duplicate that the write unit `transaction` found: that unit is rolled back
+    /// first (it wrote nothing, and on SQLite it holds the store's one write lock), and the
+    /// outcome is replayed in a read-only unit ([`replay_in`](Self::replay_in)).
     pub(super) async fn replay_and_roll_back<H: GuardedHandler<U::Transaction>>(
         &self,
         transaction: U::Transaction,
+        record: OperationRecord,
+        handler: &H,
+        operation: &Operation,
+    ) -> Result<Response<H::Response>, Status> {
+        self.roll_back(transaction).await;
+        let reading = self.units.begin_read().await.map_err(Status::from)?;
+        self.replay_in(reading, record, handler, operation).await
+    }
+
+    /// Answers a duplicate from `record` (the replayed outcome, or the recorded failure) in the
+    /// read-only unit `reading`, which is then rolled back: a replay reads what the operation
+    /// left and writes nothing, so it never takes a write lock or waits behind a writer.
+    pub(super) async fn replay_in<H: GuardedHandler<U::Transaction>>(
+        &self,
+        reading: U::Transaction,
         record: OperationRecord,
         handler: &H,
         operation: &Operation,
@@ -151,13 +177,13 @@ where
         self.answered(method, LedgerAnswer::Replay);
         let answer = match record.finished {
             Some((_, Completion::Committed(outcome))) => handler
-                .replay(&transaction, outcome, operation)
+                .replay(&reading, outcome, operation)
                 .await
                 .map(replayed),
             Some((_, Completion::Failed(failure))) => Err(replayed_failure(&failure)),
             None => Err(Status::internal("a completed operation has no outcome")),
         };
-        self.roll_back(transaction).await;
+        self.roll_back(reading).await;
         answer
     }
 
