@@ -4,6 +4,7 @@
 #![allow(dead_code, unreachable_pub)]
 
 pub mod contract;
+pub mod migrations;
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};

@@ -10,6 +10,7 @@
 #![allow(dead_code)] // each test file uses what it needs
 
 pub(crate) mod counting;
+pub(crate) mod payments;
 
 use std::future::Future;
 use std::marker::PhantomData;

@@ -80,7 +80,10 @@ pub trait GuardedHandler<Tx: Send + Sync>: Send + Sync + 'static {
     ) -> impl Future<Output = Result<Committed<Self::Response>, HandlerError>> + Send;
 
     /// Answers a duplicate of an operation that committed with `outcome`: reads what the first
-    /// run stored (on `txn`, a unit the guard rolls back) and rebuilds the response.
+    /// run stored and rebuilds the response. `txn` is a read-only unit the guard begins for the
+    /// replay and rolls back (`LedgerUnitsOfWork::begin_read`: on PostgreSQL and MariaDB a
+    /// write there fails), never the unit that found the duplicate, so a replay holds no write
+    /// lock.
     fn replay(
         &self,
         txn: &Tx,
