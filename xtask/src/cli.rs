@@ -40,6 +40,9 @@ pub(crate) enum Task {
     /// cargo-semver-checks on the publishable library crates against the commit recorded in
     /// `docs/semver-baseline` (not part of `test`: run it before each version bump).
     Semver,
+    /// `cargo package`, verified, for every crate that may be published (not part of `test`:
+    /// run it before each version bump).
+    Package,
     /// Every cargo-fuzz target (service config, method, key parsers) for N s each.
     Fuzz {
         /// How long each target runs, in seconds.

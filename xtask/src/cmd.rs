@@ -109,14 +109,19 @@ pub(crate) fn output(command: &mut Command) -> Result<String> {
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
-/// Where cargo puts build output: `cargo metadata` knows (`CARGO_TARGET_DIR`, `build.target-dir`
-/// in any config file, or the workspace's `target`), so xtask never guesses.
-pub(crate) fn target_dir() -> Result<std::path::PathBuf> {
-    let metadata = output(&mut cargo_command(
+/// `cargo metadata` of the workspace's own packages (no dependencies), as JSON.
+pub(crate) fn workspace_metadata() -> Result<String> {
+    output(&mut cargo_command(
         &["metadata", "--format-version", "1", "--no-deps"],
         &[],
     ))
-    .context("cargo metadata")?;
+    .context("cargo metadata")
+}
+
+/// Where cargo puts build output: `cargo metadata` knows (`CARGO_TARGET_DIR`, `build.target-dir`
+/// in any config file, or the workspace's `target`), so xtask never guesses.
+pub(crate) fn target_dir() -> Result<std::path::PathBuf> {
+    let metadata = workspace_metadata()?;
     let key = "\"target_directory\":\"";
     let start = metadata
         .find(key)

@@ -19,6 +19,7 @@ mod host;
 mod kit;
 mod mariadb;
 mod mutants;
+mod package;
 mod pgbouncer;
 mod postgres;
 mod semver;
@@ -64,6 +65,7 @@ fn run(task: Task) -> Result<()> {
         Task::Test => test(),
         Task::Guide => guide::build(&*cmd::install_interrupt_flag()?),
         Task::Semver => semver::check(&*cmd::install_interrupt_flag()?),
+        Task::Package => package::check(&*cmd::install_interrupt_flag()?),
         Task::Kit => {
             // The kit's output is shown as it runs.
             kit::check(&kit::repository_root(), &*cmd::install_interrupt_flag()?).map(|_| ())

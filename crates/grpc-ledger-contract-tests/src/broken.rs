@@ -1,7 +1,7 @@
 //! The catalogue of classic adapter defects the suite proves it catches: each is built into a
 //! broken variant of the in-memory double (`grpc-operation-ledger-memory`, feature
-//! `broken-doubles`, which only this crate's own tests enable), and
-//! `tests/broken_adapters.rs` shows the case that catches it and for which rule.
+//! `broken-doubles`, which only the double's own tests enable), and the double's
+//! `tests/broken_doubles.rs` shows the case that catches it and for which rule.
 
 /// A classic defect of a ledger adapter, which some contract case must catch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

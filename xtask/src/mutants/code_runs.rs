@@ -15,7 +15,8 @@ pub(crate) enum Group {
     Policy,
     /// `grpc-tonic`: the server guard (`src/server/guard`).
     Guard,
-    /// The in-memory double (`grpc-operation-ledger-memory`), judged by the contract suite.
+    /// The in-memory double (`grpc-operation-ledger-memory`), judged by the contract suite on it
+    /// and on its broken variants.
     Memory,
     /// The SeaORM adapter's ledger, units and error classification, judged by its own tests and
     /// the contract suite on SQLite and on PostgreSQL.
@@ -57,7 +58,9 @@ impl Group {
     pub(crate) fn tests(self) -> &'static [&'static str] {
         match self {
             Group::Core | Group::Policy | Group::Guard => &[],
-            Group::Memory => &["--test", "contract"],
+            // The honest double must pass every case, and each broken variant (its defects live
+            // in the same files) must still be caught by its case.
+            Group::Memory => &["--test", "contract", "--test", "broken_doubles"],
             Group::Seaorm => &[
                 "--lib",
                 "--test",

@@ -1,5 +1,5 @@
-//! A suite that cannot fail is worthless: each deliberately broken double must be caught, by the
-//! cases named here.
+//! A suite that cannot fail is worthless: each deliberately broken variant of the in-memory double
+//! (feature `broken-doubles`) must be caught, by the cases named here.
 
 use std::sync::Arc;
 use std::time::Duration;
