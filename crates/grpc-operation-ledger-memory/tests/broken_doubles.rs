@@ -314,10 +314,12 @@ async fn the_suite_catches_a_lost_commit_said_not_to_have_happened() {
     assert_eq!(report.failures().len(), 1, "{:?}", report.failures());
 }
 
-/// Every case's failure names its rule, its step and (where there is one) the identity.
+/// Every case's failure names its rule, its step and (where there is one) the identity. The
+/// suite runs on each broken double at once (each on a store of its own): the runs mostly wait
+/// out leases and bounds, one after another they took a minute and a half.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn failures_name_the_rule_the_step_and_the_identity() {
-    for defect in [
+    let runs: Vec<_> = [
         Defect::UpsertClaim,
         Defect::ReadThenInsertClaim,
         Defect::UnversionedTransition,
@@ -327,8 +329,14 @@ async fn failures_name_the_rule_the_step_and_the_identity() {
         Defect::CallerBlindReads,
         Defect::ProcessClock,
         Defect::LostCommitSaidUnavailable,
-    ] {
-        for (case, why) in caught_for(defect).await.failures() {
+    ]
+    .into_iter()
+    .map(|defect| (defect, tokio::spawn(caught_for(defect))))
+    .collect();
+    for (defect, run) in runs {
+        let report = run.await.expect("the suite's run");
+        assert!(!report.failures().is_empty(), "{defect:?} was not caught");
+        for (case, why) in report.failures() {
             assert!(
                 why.starts_with("rule `")
                     && why.contains("\n  step: ")
